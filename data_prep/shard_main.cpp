@@ -1,0 +1,57 @@
+// fnvlp-shard: image-caption data -> checksummed HDF5 shards + manifest.json (DESIGN.md §2).
+#include <spdlog/spdlog.h>
+
+#include <cxxopts.hpp>
+#include <iostream>
+
+#include "fnvlp/comm/job_main.hpp"
+#include "fnvlp/core/config.hpp"
+#include "fnvlp/data/shard_job.hpp"
+
+int main(int argc, char** argv) {
+  return fnvlp::job_main(argc, argv, "fnvlp-shard", [](fnvlp::Comm& comm, int argc, char** argv) {
+    fnvlp::data::ShardJobOptions o;
+    cxxopts::Options cli("fnvlp-shard", "Shard image-caption data into HDF5 (run under mpirun/srun)");
+    cli.add_options()
+      ("input", "ALBEF JSON, COCO captions JSON or Flickr token file", cxxopts::value(o.input))
+      ("format", "albef | coco | flickr-token", cxxopts::value(o.format)->default_value(o.format))
+      ("image-root", "directory the records' image paths are relative to", cxxopts::value(o.image_root))
+      ("vocab", "WordPiece vocabulary (bert-base-uncased)", cxxopts::value(o.vocab))
+      ("out", "output dataset directory", cxxopts::value(o.out))
+      ("split-file", "JSON {split: [image ids]}", cxxopts::value(o.split_file))
+      ("split", "split to keep (with --split-file)", cxxopts::value(o.split))
+      ("image-size", "square side in pixels", cxxopts::value(o.image_size)->default_value("128"))
+      ("max-len", "tokens per caption incl. [CLS]/[SEP]", cxxopts::value(o.max_len)->default_value("30"))
+      ("shard-size", "captions per shard", cxxopts::value(o.shard_size)->default_value("4096"))
+      ("max-reject-fraction", "fail above this fraction of rejected inputs",
+       cxxopts::value(o.max_reject_fraction)->default_value("0.01"))
+      ("image-chunk", "images per HDF5 chunk (1..64)", cxxopts::value(o.image_chunk)->default_value("8"))
+      ("verify", "check DIR (manifest, sha256, every chunk) instead of sharding", cxxopts::value<std::string>())
+      ("h,help", "show this help");
+    const auto args = cli.parse(argc, argv);
+    if (args.count("help")) {
+      if (comm.is_root()) std::cout << cli.help() << "\n";
+      return 0;
+    }
+    if (args.count("verify")) {
+      const std::string dir = args["verify"].as<std::string>();
+      int64_t pairs = 0;
+      const auto problems = fnvlp::data::verify_dataset_collective(comm, dir, &pairs);
+      if (comm.is_root()) {
+        for (const auto& p : problems) spdlog::error("verify: {}", p);
+        if (problems.empty()) spdlog::info("verify: {} OK ({} pairs, every chunk read)", dir, pairs);
+        else spdlog::error("verify: {} FAILED with {} problem(s)", dir, problems.size());
+      }
+      return problems.empty() ? 0 : 1;
+    }
+    if (comm.is_root())
+      spdlog::info("fnvlp-shard options:\n{}", fnvlp::config::dump(fnvlp::config::to_yaml(o)));
+    const auto r = fnvlp::data::run_shard_job(comm, o);
+    if (comm.is_root())
+      spdlog::info("fnvlp-shard: {} pairs, {} images, {} shards, {} rejected, {:.1f} s, {:.0f} images/s "
+                   "({} ranks) -> {}",
+                   r.num_pairs, r.num_images, r.num_shards, r.rejects, r.seconds,
+                   r.images_decoded / r.seconds, comm.size(), o.out);
+    return 0;
+  });
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs every Debian package fnvlp needs to build, test and run. Idempotent: packages that
+# are already present are left alone, and apt-get update runs only when something is missing.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build ccache pkg-config git clang-format
+  # core libraries
+  libtorch-dev libopenblas0-pthread
+  libopenmpi-dev openmpi-bin
+  libhdf5-openmpi-dev hdf5-tools
+  libtrilinos-kokkos-dev
+  libcxxopts-dev libgtest-dev libgmock-dev nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev
+  libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev libssl-dev libicu-dev
+  libfaiss-dev
+  # scheduler
+  slurm-wlm munge
+  # plots, benchmarks, reference scripts (Debian's python, not a venv)
+  python3 python3-numpy python3-pil python3-h5py python3-matplotlib gnuplot-nox
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-debian: installing ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "install-debian: all ${#packages[@]} packages present"
+fi
+
+# libtorch must run on OpenBLAS, not the reference BLAS (about 40x slower matmuls).
+if command -v update-alternatives >/dev/null; then
+  arch_lib="/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)"
+  for alt in libblas.so.3 liblapack.so.3; do
+    target="$arch_lib/openblas-pthread/$alt"
+    if [ -e "$target" ]; then
+      $SUDO update-alternatives --set "$alt-$(basename "$arch_lib")" "$target" >/dev/null 2>&1 || true
+    fi
+  done
+fi

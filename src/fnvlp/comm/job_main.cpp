@@ -1,0 +1,37 @@
+#include "fnvlp/comm/job_main.hpp"
+
+#include <cxxopts.hpp>
+
+#include "fnvlp/core/log.hpp"
+#include "fnvlp/version.hpp"
+
+namespace fnvlp {
+
+int job_main(int argc, char** argv, const char* program,
+             const std::function<int(Comm&, int, char**)>& body) {
+  MpiRuntime mpi(&argc, &argv);
+  int code = 0;
+  {
+    Comm comm;
+    log::init(comm.rank(), comm.size());
+    try {
+      code = body(comm, argc, argv);
+    } catch (const cxxopts::exceptions::exception& e) {
+      // Every rank parses the same argv, so every rank lands here: no abort needed.
+      if (comm.is_root()) spdlog::error("{}: {} (see --help)", program, e.what());
+      code = kExitUsage;
+    } catch (const CollectiveError& e) {
+      // Every rank holds the same message: say it once, exit cleanly everywhere.
+      if (comm.is_root()) spdlog::error("{} failed: {}", program, e.what());
+      code = 1;
+    } catch (const std::exception& e) {
+      spdlog::critical("{} failed on rank {}/{}: {}", program, comm.rank(), comm.size(), e.what());
+      spdlog::default_logger()->flush();
+      comm.abort(1);
+    }
+    spdlog::default_logger()->flush();
+  }
+  return code;
+}
+
+}  // namespace fnvlp

@@ -1,0 +1,165 @@
+#include "fnvlp/data/h5.hpp"
+
+#include <mutex>
+
+namespace fnvlp::h5 {
+
+void quiet() {
+  static std::once_flag once;
+  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+}
+
+void Handle::close(const std::string& context) {
+  if (id_ < 0) return;
+  const hid_t id = std::exchange(id_, H5I_INVALID_HID);
+  H5_CHECK(closer_(id), context << ": close");
+}
+
+Handle create_file(const std::string& path) {
+  quiet();
+  Handle fcpl(H5_CHECK(H5Pcreate(H5P_FILE_CREATE), path), H5Pclose);
+  H5_CHECK(H5Pset_obj_track_times(fcpl, false), path);  // root group: no timestamps either
+  Handle file(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, H5P_DEFAULT),
+                       "cannot create HDF5 file '" << path << "'"),
+              H5Fclose);
+  return file;
+}
+
+Handle open_file(const std::string& path, bool writable) {
+  quiet();
+  return Handle(H5_CHECK(H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT),
+                         "cannot open HDF5 file '" << path << "'"),
+                H5Fclose);
+}
+
+Handle open_dataset(hid_t loc, const std::string& name, const std::string& file) {
+  FNVLP_CHECK(exists(loc, name), file << ": dataset '/" << name << "' is missing");
+  return Handle(H5_CHECK(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), file << ":/" << name), H5Dclose);
+}
+
+bool exists(hid_t loc, const std::string& name) {
+  return H5_CHECK(H5Lexists(loc, name.c_str(), H5P_DEFAULT), "H5Lexists " << name) > 0;
+}
+
+void write_attr_int(hid_t obj, const std::string& name, int64_t value) {
+  Handle space(H5_CHECK(H5Screate(H5S_SCALAR), name), H5Sclose);
+  Handle attr(H5_CHECK(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT),
+                       "attribute " << name),
+              H5Aclose);
+  H5_CHECK(H5Awrite(attr, H5T_NATIVE_INT64, &value), "attribute " << name);
+}
+
+void write_attr_string(hid_t obj, const std::string& name, const std::string& value) {
+  Handle type(H5_CHECK(H5Tcopy(H5T_C_S1), name), H5Tclose);
+  H5_CHECK(H5Tset_size(type, value.empty() ? 1 : value.size()), name);
+  H5_CHECK(H5Tset_cset(type, H5T_CSET_UTF8), name);
+  Handle space(H5_CHECK(H5Screate(H5S_SCALAR), name), H5Sclose);
+  Handle attr(H5_CHECK(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT),
+                       "attribute " << name),
+              H5Aclose);
+  std::string padded = value.empty() ? std::string(1, '\0') : value;
+  H5_CHECK(H5Awrite(attr, type, padded.data()), "attribute " << name);
+}
+
+int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& context) {
+  FNVLP_CHECK(H5Aexists(obj, name.c_str()) > 0, context << ": attribute '" << name << "' is missing");
+  Handle attr(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT), context << ": attribute " << name),
+              H5Aclose);
+  Handle type(H5_CHECK(H5Aget_type(attr), context << ": attribute " << name), H5Tclose);
+  FNVLP_CHECK(H5Tget_class(type) == H5T_INTEGER,
+              context << ": attribute '" << name << "' is not an integer");
+  int64_t v = 0;
+  H5_CHECK(H5Aread(attr, H5T_NATIVE_INT64, &v), context << ": attribute " << name);
+  return v;
+}
+
+std::string read_attr_string(hid_t obj, const std::string& name, const std::string& context) {
+  FNVLP_CHECK(H5Aexists(obj, name.c_str()) > 0, context << ": attribute '" << name << "' is missing");
+  Handle attr(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT), context << ": attribute " << name),
+              H5Aclose);
+  Handle type(H5_CHECK(H5Aget_type(attr), context << ": attribute " << name), H5Tclose);
+  FNVLP_CHECK(H5Tget_class(type) == H5T_STRING && !H5Tis_variable_str(type),
+              context << ": attribute '" << name << "' is not a fixed-length string");
+  const size_t size = H5Tget_size(type);
+  std::string out(size, '\0');
+  H5_CHECK(H5Aread(attr, type, out.data()), context << ": attribute " << name);
+  out.resize(out.find('\0') == std::string::npos ? out.size() : out.find('\0'));
+  return out;
+}
+
+std::vector<hsize_t> dims(hid_t dataset, const std::string& context) {
+  Handle space(H5_CHECK(H5Dget_space(dataset), context), H5Sclose);
+  const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space), context);
+  std::vector<hsize_t> out(static_cast<size_t>(rank));
+  H5_CHECK(H5Sget_simple_extent_dims(space, out.data(), nullptr), context);
+  return out;
+}
+
+Handle create_dataset(hid_t loc, const std::string& name, hid_t type, const DatasetSpec& spec,
+                      const std::string& file) {
+  const std::string ctx = file + ":/" + name;
+  FNVLP_CHECK(spec.chunk.size() == spec.dims.size() && !spec.dims.empty(), ctx << ": bad chunk rank");
+  std::vector<hsize_t> maxdims = spec.dims;
+  if (spec.extendible) maxdims[0] = H5S_UNLIMITED;
+  // A zero-row dataset still needs a positive chunk shape.
+  std::vector<hsize_t> chunk = spec.chunk;
+  for (auto& c : chunk) c = c == 0 ? 1 : c;
+  Handle space(H5_CHECK(H5Screate_simple(static_cast<int>(spec.dims.size()), spec.dims.data(),
+                                         maxdims.data()),
+                        ctx),
+               H5Sclose);
+  Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), ctx), H5Pclose);
+  H5_CHECK(H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()), ctx);
+  if (spec.fletcher32) H5_CHECK(H5Pset_fletcher32(dcpl), ctx);
+  H5_CHECK(H5Pset_obj_track_times(dcpl, false), ctx);
+  return Handle(H5_CHECK(H5Dcreate2(loc, name.c_str(), type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+                         ctx << ": create"),
+                H5Dclose);
+}
+
+namespace {
+// Selects rows [row, row + n_rows) of the dataset's file space.
+Handle select_rows(hid_t dataset, hsize_t row, hsize_t n_rows, std::vector<hsize_t>* count,
+                   const std::string& context) {
+  Handle fspace(H5_CHECK(H5Dget_space(dataset), context), H5Sclose);
+  const int rank = H5_CHECK(H5Sget_simple_extent_ndims(fspace), context);
+  std::vector<hsize_t> shape(static_cast<size_t>(rank));
+  H5_CHECK(H5Sget_simple_extent_dims(fspace, shape.data(), nullptr), context);
+  FNVLP_CHECK(row + n_rows <= shape[0], context << ": rows [" << row << ", " << row + n_rows
+                                                << ") outside " << shape[0] << " rows");
+  std::vector<hsize_t> start(shape.size(), 0);
+  start[0] = row;
+  *count = shape;
+  (*count)[0] = n_rows;
+  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, count->data(), nullptr),
+           context);
+  return fspace;
+}
+}  // namespace
+
+void write_rows(hid_t dataset, hid_t mem_type, const void* data, hsize_t row, hsize_t n_rows,
+                bool extend, const std::string& context) {
+  if (n_rows == 0) return;
+  if (extend) {
+    std::vector<hsize_t> shape = dims(dataset, context);
+    shape[0] = row + n_rows;
+    H5_CHECK(H5Dset_extent(dataset, shape.data()), context << ": extend");
+  }
+  std::vector<hsize_t> count;
+  Handle fspace = select_rows(dataset, row, n_rows, &count, context);
+  Handle mspace(H5_CHECK(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), context),
+                H5Sclose);
+  H5_CHECK(H5Dwrite(dataset, mem_type, mspace, fspace, H5P_DEFAULT, data), context << ": write");
+}
+
+void read_rows(hid_t dataset, hid_t mem_type, void* out, hsize_t row, hsize_t n_rows,
+               const std::string& context) {
+  if (n_rows == 0) return;
+  std::vector<hsize_t> count;
+  Handle fspace = select_rows(dataset, row, n_rows, &count, context);
+  Handle mspace(H5_CHECK(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), context),
+                H5Sclose);
+  H5_CHECK(H5Dread(dataset, mem_type, mspace, fspace, H5P_DEFAULT, out), context << ": read");
+}
+
+}  // namespace fnvlp::h5

@@ -1,0 +1,59 @@
+#pragma once
+// Image codec for ingest and the synthetic generator: JPEG through libjpeg-turbo, PNG through
+// libpng, always to 8-bit RGB in HWC order. Decode failures carry a machine-readable reason that
+// ends up in rejects.jsonl.
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace fnvlp::data {
+
+struct Image {
+  int width = 0;
+  int height = 0;
+  std::vector<uint8_t> rgb;  // height * width * 3 bytes, row-major, RGB
+  size_t bytes() const { return rgb.size(); }
+};
+
+// A decode failure of one input; `reason` is one of the codes below.
+class ImageError : public std::runtime_error {
+ public:
+  ImageError(std::string reason, const std::string& message)
+      : std::runtime_error(message), reason_(std::move(reason)) {}
+  const std::string& reason() const { return reason_; }
+
+ private:
+  std::string reason_;
+};
+
+namespace image_reason {
+inline constexpr const char* kMissing = "missing_image";          // cannot open/read the file
+inline constexpr const char* kEmpty = "empty_image";              // zero bytes or 0x0 pixels
+inline constexpr const char* kTruncated = "truncated_image";      // data ends early
+inline constexpr const char* kCorrupt = "corrupt_image";          // decoder error or warning
+inline constexpr const char* kUnsupported = "unsupported_image";  // neither JPEG nor PNG
+}  // namespace image_reason
+
+enum class ImageFormat { kJpeg, kPng, kUnknown };
+ImageFormat sniff_format(const uint8_t* data, size_t size);
+
+// Decodes JPEG or PNG bytes to RGB. `name` is used in messages only. When `min_side` > 0 a JPEG
+// may be decoded at a reduced DCT scale whose shorter side is still >= min_side (much faster for
+// large photos that are resized down anyway). Throws ImageError.
+Image decode_image(const uint8_t* data, size_t size, const std::string& name, int min_side = 0);
+
+// Reads a file and decodes it; a missing or unreadable file throws ImageError(kMissing).
+Image read_image_file(const std::string& path, int min_side = 0);
+
+// Resizes so the shorter side equals `size` (antialiased triangle filter, as PIL's BILINEAR),
+// then crops the centred size x size square. Returns the input unchanged when already square of
+// that size.
+Image resize_center_crop(const Image& in, int size);
+
+// Encoders (synthetic data, tests). Throw fnvlp::Error on failure.
+std::vector<uint8_t> encode_png(const Image& img);
+void write_png_file(const std::string& path, const Image& img);
+std::vector<uint8_t> encode_jpeg(const Image& img, int quality);
+
+}  // namespace fnvlp::data

@@ -1,0 +1,217 @@
+#include "fnvlp/data/manifest.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "fnvlp/core/error.hpp"
+#include "fnvlp/core/sha256.hpp"
+#include "fnvlp/data/shard.hpp"
+
+namespace fnvlp::data {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+json Manifest::to_json() const {
+  json shards_j = json::array();
+  for (const auto& s : shards)
+    shards_j.push_back({{"file", s.file},
+                        {"first_pair_id", s.first_pair_id},
+                        {"num_pairs", s.num_pairs},
+                        {"num_images", s.num_images},
+                        {"bytes", s.bytes},
+                        {"sha256", s.sha256}});
+  return {{"fnvlp_manifest_schema", schema},
+          {"shard_schema", kShardSchemaVersion},
+          {"created_by", created_by},
+          {"created_at", created_at},
+          {"image_size", image_size},
+          {"max_len", max_len},
+          {"vocab", {{"path", vocab_path}, {"sha256", vocab_sha256}, {"size", vocab_size}}},
+          {"num_pairs", num_pairs},
+          {"num_images", num_images},
+          {"records", {{"total", records_total}, {"filtered_by_split", records_filtered_by_split}}},
+          {"rejects", {{"total", rejects_total}, {"by_reason", rejects_by_reason}}},
+          {"source", source},
+          {"shards", shards_j}};
+}
+
+Manifest Manifest::from_json(const json& j, const std::string& context) {
+  Manifest m;
+  try {
+    m.schema = j.at("fnvlp_manifest_schema").get<int64_t>();
+    FNVLP_CHECK(m.schema == kManifestSchemaVersion,
+                context << ": manifest schema " << m.schema << ", this build reads "
+                        << kManifestSchemaVersion);
+    const int64_t shard_schema = j.at("shard_schema").get<int64_t>();
+    FNVLP_CHECK(shard_schema == kShardSchemaVersion, context << ": shard schema " << shard_schema
+                                                             << ", this build reads "
+                                                             << kShardSchemaVersion);
+    m.created_by = j.at("created_by").get<std::string>();
+    m.created_at = j.at("created_at").get<std::string>();
+    m.image_size = j.at("image_size").get<int64_t>();
+    m.max_len = j.at("max_len").get<int64_t>();
+    m.vocab_path = j.at("vocab").at("path").get<std::string>();
+    m.vocab_sha256 = j.at("vocab").at("sha256").get<std::string>();
+    m.vocab_size = j.at("vocab").at("size").get<int64_t>();
+    m.num_pairs = j.at("num_pairs").get<int64_t>();
+    m.num_images = j.at("num_images").get<int64_t>();
+    m.records_total = j.at("records").at("total").get<int64_t>();
+    m.records_filtered_by_split = j.at("records").at("filtered_by_split").get<int64_t>();
+    m.rejects_total = j.at("rejects").at("total").get<int64_t>();
+    m.rejects_by_reason = j.at("rejects").at("by_reason").get<std::map<std::string, int64_t>>();
+    m.source = j.at("source");
+    for (const auto& s : j.at("shards")) {
+      m.shards.push_back({s.at("file").get<std::string>(), s.at("first_pair_id").get<int64_t>(),
+                          s.at("num_pairs").get<int64_t>(), s.at("num_images").get<int64_t>(),
+                          s.at("bytes").get<int64_t>(), s.at("sha256").get<std::string>()});
+    }
+  } catch (const json::exception& e) {
+    FNVLP_FAIL(context << ": malformed manifest: " << e.what());
+  }
+  return m;
+}
+
+Manifest Manifest::load(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kManifestName).string();
+  std::ifstream in(path);
+  FNVLP_CHECK(in.good(), path << ": missing (the dataset was never completed, or DIR is wrong)");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    FNVLP_FAIL(path << ": not valid JSON: " << e.what());
+  }
+  return from_json(j, path);
+}
+
+void Manifest::save(const std::string& dir) const {
+  const fs::path final_path = fs::path(dir) / kManifestName;
+  const fs::path tmp = fs::path(dir) / (std::string(".") + kManifestName + ".tmp");
+  {
+    std::ofstream out(tmp);
+    FNVLP_CHECK(out.good(), "cannot write " << tmp.string());
+    out << to_json().dump(2) << "\n";
+    out.flush();
+    FNVLP_CHECK(out.good(), "write failed: " << tmp.string() << " (disk full?)");
+  }
+  fs::rename(tmp, final_path);
+}
+
+namespace {
+
+// Checks one shard against its manifest entry; appends problems instead of stopping at the first.
+void verify_shard(const std::string& dir, const Manifest& m, const ManifestShard& entry,
+                  VerifyReport& report) {
+  const std::string path = (fs::path(dir) / entry.file).string();
+  auto problem = [&](const std::string& what) { report.problems.push_back(path + ": " + what); };
+  if (!fs::exists(path)) return problem("missing");
+  const auto bytes = static_cast<int64_t>(fs::file_size(path));
+  if (bytes != entry.bytes)
+    problem("size " + std::to_string(bytes) + " bytes, manifest says " + std::to_string(entry.bytes));
+  const std::string sha = sha256_file(path);
+  if (sha != entry.sha256) problem("sha256 " + sha + " does not match the manifest's " + entry.sha256);
+  report.bytes_read += bytes;
+  try {
+    ShardReader reader(path);
+    const auto& h = reader.header();
+    if (h.image_size != m.image_size) problem("image_size differs from the manifest");
+    if (h.max_len != m.max_len) problem("max_len differs from the manifest");
+    if (h.vocab_sha256 != m.vocab_sha256) problem("vocab_sha256 differs from the manifest");
+    if (h.num_pairs != entry.num_pairs)
+      problem("num_pairs " + std::to_string(h.num_pairs) + ", manifest says " +
+              std::to_string(entry.num_pairs));
+    if (reader.num_images() != entry.num_images)
+      problem("/images has " + std::to_string(reader.num_images()) + " rows, manifest says " +
+              std::to_string(entry.num_images));
+    const PairColumns p = reader.read_pairs();
+    std::vector<uint8_t> row_used(static_cast<size_t>(reader.num_images()), 0);
+    const auto L = static_cast<size_t>(h.max_len);
+    for (size_t i = 0; i < p.size(); ++i) {
+      const std::string at = " at pair row " + std::to_string(i);
+      if (p.pair_id[i] != entry.first_pair_id + static_cast<int64_t>(i)) {
+        problem("/pair_id is not the contiguous range [" + std::to_string(entry.first_pair_id) +
+                ", ...)" + at);
+        break;
+      }
+      if (p.pair_image[i] < 0 || p.pair_image[i] >= reader.num_images()) {
+        problem("/pair_image out of range" + at);
+        break;
+      }
+      row_used[static_cast<size_t>(p.pair_image[i])] = 1;
+      if (p.image_id[i] < 0 || p.image_id[i] >= m.num_images) {
+        problem("/image_id out of range" + at);
+        break;
+      }
+      report.image_id_seen[static_cast<size_t>(p.image_id[i])] = 1;
+      const int32_t* t = &p.tokens[i * L];
+      const int len = p.lengths[i];
+      bool layout_ok = len >= 2 && static_cast<size_t>(len) <= L && t[0] != 0 && t[len - 1] != 0;
+      for (size_t k = static_cast<size_t>(std::max(len, 0)); layout_ok && k < L; ++k)
+        layout_ok = t[k] == 0;
+      for (int k = 0; layout_ok && k < len; ++k) layout_ok = t[k] > 0 && t[k] < m.vocab_size;
+      if (!layout_ok) {
+        problem("/tokens or /lengths do not hold [CLS] ... [SEP] [PAD]..." + at);
+        break;
+      }
+    }
+    for (size_t r = 0; r < row_used.size(); ++r)
+      if (!row_used[r]) {
+        problem("/images row " + std::to_string(r) + " is referenced by no pair");
+        break;
+      }
+    // Read every image chunk: a flipped bit anywhere fails its Fletcher32 check here.
+    const int64_t block = 64;
+    std::vector<uint8_t> buf(static_cast<size_t>(block * h.image_size * h.image_size * 3));
+    for (int64_t row = 0; row < reader.num_images(); row += block)
+      reader.read_images(row, std::min(block, reader.num_images() - row), buf.data());
+    report.pairs_checked += static_cast<int64_t>(p.size());
+    report.images_checked += reader.num_images();
+  } catch (const std::exception& e) {
+    report.problems.push_back(e.what());
+  }
+}
+
+}  // namespace
+
+void check_image_coverage(const std::vector<uint8_t>& seen, VerifyReport& report) {
+  for (size_t i = 0; i < seen.size(); ++i)
+    if (!seen[i]) {
+      report.problems.push_back("image_id " + std::to_string(i) +
+                                " is used by no pair: image ids are not dense");
+      return;
+    }
+}
+
+VerifyReport verify_dataset(const std::string& dir, int part, int parts) {
+  VerifyReport report;
+  Manifest m;
+  try {
+    m = Manifest::load(dir);
+  } catch (const std::exception& e) {
+    report.problems.push_back(e.what());
+    return report;
+  }
+  const std::string mpath = (fs::path(dir) / kManifestName).string();
+  report.image_id_seen.assign(static_cast<size_t>(std::max<int64_t>(m.num_images, 0)), 0);
+  // The shards must tile [0, num_pairs) in order.
+  int64_t next = 0;
+  for (const auto& s : m.shards) {
+    if (s.first_pair_id != next || s.num_pairs <= 0)
+      report.problems.push_back(mpath + ": shard " + s.file + " starts at pair " +
+                                std::to_string(s.first_pair_id) + ", expected " +
+                                std::to_string(next) + " (pair ids must tile 0..N-1)");
+    next = s.first_pair_id + s.num_pairs;
+  }
+  if (next != m.num_pairs)
+    report.problems.push_back(mpath + ": shards hold " + std::to_string(next) +
+                              " pairs, manifest num_pairs is " + std::to_string(m.num_pairs));
+  FNVLP_CHECK(parts >= 1 && part >= 0 && part < parts, "bad verify partition " << part << "/" << parts);
+  for (size_t i = static_cast<size_t>(part); i < m.shards.size(); i += static_cast<size_t>(parts))
+    verify_shard(dir, m, m.shards[i], report);
+  if (parts == 1) check_image_coverage(report.image_id_seen, report);
+  return report;
+}
+
+}  // namespace fnvlp::data

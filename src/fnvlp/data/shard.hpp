@@ -1,0 +1,101 @@
+#pragma once
+// The shard file format (DESIGN.md §2): one HDF5 file per shard, read-only once written.
+//   root attributes: fnvlp_schema, created_by, image_size, max_len, vocab_sha256, num_pairs
+//   images     uint8 [n_images, H, W, 3]   each distinct image of the shard stored once
+//   pair_image int64 [n_pairs]             row in images
+//   tokens     int32 [n_pairs, L]          [CLS] ... [SEP], [PAD]=0
+//   lengths    int16 [n_pairs]
+//   pair_id    int64 [n_pairs]             global, dense 0..N-1 across all shards
+//   image_id   int64 [n_pairs]             global; equal image_id = known positives
+//   label      int32 [n_pairs]             semantic class, -1 unknown
+// All datasets are chunked with Fletcher32, so a flipped bit fails the read of its chunk.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fnvlp/data/h5.hpp"
+
+namespace fnvlp::data {
+
+inline constexpr int64_t kShardSchemaVersion = 1;
+
+namespace shard_ds {
+inline constexpr const char* kImages = "images";
+inline constexpr const char* kPairImage = "pair_image";
+inline constexpr const char* kTokens = "tokens";
+inline constexpr const char* kLengths = "lengths";
+inline constexpr const char* kPairId = "pair_id";
+inline constexpr const char* kImageId = "image_id";
+inline constexpr const char* kLabel = "label";
+}  // namespace shard_ds
+
+struct ShardHeader {
+  int64_t schema = kShardSchemaVersion;
+  std::string created_by;
+  int64_t image_size = 0;
+  int64_t max_len = 0;
+  std::string vocab_sha256;
+  int64_t num_pairs = 0;
+};
+
+// Per-pair columns of a shard, all of length num_pairs (tokens: num_pairs * max_len).
+struct PairColumns {
+  std::vector<int64_t> pair_image;
+  std::vector<int32_t> tokens;
+  std::vector<int16_t> lengths;
+  std::vector<int64_t> pair_id;
+  std::vector<int64_t> image_id;
+  std::vector<int32_t> label;
+  size_t size() const { return pair_image.size(); }
+};
+
+// Writes one shard in two steps so that global ids can be assigned after every rank has decoded
+// its images: open() + append_images() + write_pairs() stream the content, then
+// write_global_ids() adds pair_id/image_id, and close() flushes. The caller writes to a temporary
+// name and renames only a closed, complete file.
+class ShardWriter {
+ public:
+  ShardWriter(const std::string& path, const ShardHeader& header, int image_chunk);
+  // Appends decoded images (n * H * W * 3 bytes, H = W = image_size); returns the first new row.
+  int64_t append_images(const uint8_t* rgb, int64_t n);
+  int64_t num_images() const { return num_images_; }
+  // pair_image, tokens, lengths, label (pair_id/image_id ignored here).
+  void write_pairs(const PairColumns& pairs);
+  void write_global_ids(const std::vector<int64_t>& pair_id, const std::vector<int64_t>& image_id);
+  void close();
+
+  // Reopens a closed shard to add the global ids (the two-phase write of fnvlp-shard).
+  static void add_global_ids(const std::string& path, const std::vector<int64_t>& pair_id,
+                             const std::vector<int64_t>& image_id);
+
+ private:
+  std::string path_;
+  ShardHeader header_;
+  h5::Handle file_;
+  h5::Handle images_;
+  int64_t num_images_ = 0;
+  int64_t num_pairs_ = -1;
+};
+
+// Reads a shard; the constructor validates the schema version and the attributes.
+class ShardReader {
+ public:
+  explicit ShardReader(const std::string& path);
+  const ShardHeader& header() const { return header_; }
+  const std::string& path() const { return path_; }
+  int64_t num_pairs() const { return header_.num_pairs; }
+  int64_t num_images() const { return num_images_; }
+
+  PairColumns read_pairs() const;  // every per-pair dataset, whole
+  // Image rows [row, row + n) into out (n * image_size^2 * 3 bytes).
+  void read_images(int64_t row, int64_t n, uint8_t* out) const;
+
+ private:
+  std::string path_;
+  ShardHeader header_;
+  h5::Handle file_;
+  h5::Handle images_;
+  int64_t num_images_ = 0;
+};
+
+}  // namespace fnvlp::data

@@ -1,0 +1,393 @@
+#include "fnvlp/data/shard_job.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <unordered_map>
+
+#include "fnvlp/core/error.hpp"
+#include "fnvlp/core/sha256.hpp"
+#include "fnvlp/data/image.hpp"
+#include "fnvlp/data/ingest.hpp"
+#include "fnvlp/data/manifest.hpp"
+#include "fnvlp/data/shard.hpp"
+#include "fnvlp/data/tokenizer.hpp"
+#include "fnvlp/version.hpp"
+
+namespace fnvlp::data {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+struct Range {
+  size_t begin = 0;
+  size_t end = 0;
+};
+
+// Cuts the entries into shards of `shard_size`, never splitting a run of consecutive entries of
+// the same image (Flickr's five captions stay together, so each image is stored once). The plan
+// depends only on the input, never on the rank count.
+std::vector<Range> plan_shards(const std::vector<InputRecord>& entries, size_t shard_size) {
+  std::vector<Range> plan;
+  size_t begin = 0;
+  while (begin < entries.size()) {
+    size_t end = std::min(entries.size(), begin + shard_size);
+    while (end < entries.size() && entries[end].image_path == entries[end - 1].image_path) ++end;
+    plan.push_back({begin, end});
+    begin = end;
+  }
+  return plan;
+}
+
+std::string tmp_name(size_t plan_index) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), ".shard-%05zu.h5.tmp", plan_index);
+  return buf;
+}
+
+std::string final_name(size_t shard_index) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "shard-%05zu.h5", shard_index);
+  return buf;
+}
+
+bool is_fnvlp_output(const std::string& name) {
+  return name == kManifestName || name == kRejectsName ||
+         (name.rfind("shard-", 0) == 0 && name.size() > 3 && name.substr(name.size() - 3) == ".h5") ||
+         (name.rfind(".shard-", 0) == 0 && name.find(".tmp") != std::string::npos) ||
+         name == std::string(".") + kManifestName + ".tmp";
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+struct LocalShard {
+  size_t plan_index = 0;
+  fs::path tmp;
+  std::vector<size_t> kept;  // entry indices written, in order
+  int64_t num_images = 0;
+};
+
+// What one rank learns while writing its shards; entries are indices into IngestResult::records.
+struct LocalWork {
+  std::vector<LocalShard> shards;
+  std::vector<int64_t> rejected_entries;
+  std::vector<Reject> rejects;
+  int64_t images_decoded = 0;
+};
+
+void write_local_shard(const ShardJobOptions& o, const WordPieceTokenizer& tok,
+                       const std::vector<InputRecord>& entries, Range range, LocalShard& shard,
+                       LocalWork& work) {
+  const auto L = static_cast<size_t>(o.max_len);
+  const auto S = static_cast<size_t>(o.image_size);
+  const size_t image_bytes = S * S * 3;
+
+  // Captions first: an entry whose caption yields no word piece never costs an image decode.
+  std::vector<std::vector<int32_t>> ids(range.end - range.begin);
+  std::vector<size_t> with_caption;
+  for (size_t e = range.begin; e < range.end; ++e) {
+    ids[e - range.begin] = tok.encode(entries[e].caption, L);
+    if (ids[e - range.begin].size() <= 2) {
+      work.rejected_entries.push_back(static_cast<int64_t>(e));
+      work.rejects.push_back({entries[e].record, reject_reason::kEmptyCaption, o.input,
+                              "caption is empty or whitespace after normalisation"});
+    } else {
+      with_caption.push_back(e);
+    }
+  }
+
+  ShardHeader header;
+  header.created_by = std::string("fnvlp-shard ") + kVersion;
+  header.image_size = o.image_size;
+  header.max_len = o.max_len;
+  header.vocab_sha256 = tok.vocab_sha256();
+  ShardWriter writer(shard.tmp.string(), header, static_cast<int>(o.image_chunk));
+
+  // Each distinct image of the shard is decoded and stored once, in order of first use.
+  std::unordered_map<std::string, int64_t> row_of;  // -1: failed to decode
+  std::unordered_map<std::string, ImageError> failed;
+  const size_t block = static_cast<size_t>(o.image_chunk);
+  std::vector<uint8_t> pending;
+  pending.reserve(block * image_bytes);
+  int64_t next_row = 0;
+  for (size_t e : with_caption) {
+    const std::string& path = entries[e].image_path;
+    if (row_of.count(path)) continue;
+    try {
+      Image img = resize_center_crop(read_image_file(path, static_cast<int>(S)), static_cast<int>(S));
+      ++work.images_decoded;
+      FNVLP_CHECK(img.rgb.size() == image_bytes, path << ": resize produced a wrong size");
+      pending.insert(pending.end(), img.rgb.begin(), img.rgb.end());
+      row_of[path] = next_row++;
+      if (pending.size() == block * image_bytes) {
+        writer.append_images(pending.data(), static_cast<int64_t>(block));
+        pending.clear();
+      }
+    } catch (const ImageError& err) {
+      ++work.images_decoded;
+      row_of[path] = -1;
+      failed.emplace(path, err);
+    }
+  }
+  if (!pending.empty())
+    writer.append_images(pending.data(), static_cast<int64_t>(pending.size() / image_bytes));
+
+  PairColumns cols;
+  for (size_t e : with_caption) {
+    const int64_t row = row_of.at(entries[e].image_path);
+    if (row < 0) {
+      const ImageError& err = failed.at(entries[e].image_path);
+      work.rejected_entries.push_back(static_cast<int64_t>(e));
+      work.rejects.push_back({entries[e].record, err.reason(), entries[e].image_path, err.what()});
+      continue;
+    }
+    const auto& t = ids[e - range.begin];
+    cols.pair_image.push_back(row);
+    const size_t off = cols.tokens.size();
+    cols.tokens.resize(off + L, 0);
+    std::copy(t.begin(), t.end(), cols.tokens.begin() + static_cast<long>(off));
+    cols.lengths.push_back(static_cast<int16_t>(t.size()));
+    cols.label.push_back(entries[e].label);
+    shard.kept.push_back(e);
+  }
+  writer.write_pairs(cols);
+  writer.close();
+  shard.num_images = next_row;
+}
+
+}  // namespace
+
+ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  FNVLP_CHECK(!o.input.empty() && !o.vocab.empty() && !o.out.empty(),
+              "--input, --vocab and --out are required");
+  FNVLP_CHECK(o.image_size >= 8 && o.image_size <= 4096, "--image-size must be in [8, 4096]");
+  FNVLP_CHECK(o.max_len >= 3 && o.max_len <= 32767, "--max-len must be in [3, 32767]");
+  FNVLP_CHECK(o.shard_size >= 1, "--shard-size must be >= 1");
+  FNVLP_CHECK(o.image_chunk >= 1 && o.image_chunk <= 64, "--image-chunk must be in [1, 64]");
+  FNVLP_CHECK(o.max_reject_fraction >= 0 && o.max_reject_fraction <= 1,
+              "--max-reject-fraction must be in [0, 1]");
+  FNVLP_CHECK(o.split.empty() == o.split_file.empty(), "--split-file and --split go together");
+  const InputFormat format = parse_input_format(o.format);
+  const fs::path out(o.out);
+
+  // A previous run's outputs are removed first, so nothing stale can pass --verify.
+  comm.collective([&] {
+    if (!comm.is_root()) return;
+    fs::create_directories(out);
+    for (const auto& entry : fs::directory_iterator(out))
+      if (entry.is_regular_file() && is_fnvlp_output(entry.path().filename().string()))
+        fs::remove(entry.path());
+  });
+
+  std::optional<WordPieceTokenizer> tok;
+  IngestResult in;
+  comm.collective([&] {
+    tok = WordPieceTokenizer::from_file(o.vocab);
+    std::optional<std::unordered_set<std::string>> split;
+    if (!o.split.empty()) split = read_split_ids(o.split_file, o.split);
+    in = read_input(o.input, format, o.image_root, split);
+  });
+  const auto& entries = in.records;
+  const std::vector<Range> plan = plan_shards(entries, static_cast<size_t>(o.shard_size));
+  if (comm.is_root())
+    spdlog::info("fnvlp-shard: {} records ({} outside the split, {} rejected while reading), {} "
+                 "captions in {} shards over {} ranks",
+                 in.total_records, in.filtered_by_split, in.rejects.size(), entries.size(),
+                 plan.size(), comm.size());
+
+  LocalWork work;
+  auto remove_tmp = [&] {
+    for (const auto& s : work.shards) fs::remove(s.tmp);
+  };
+  comm.collective([&] {
+    try {
+      for (size_t s = static_cast<size_t>(comm.rank()); s < plan.size();
+           s += static_cast<size_t>(comm.size())) {
+        work.shards.push_back({s, out / tmp_name(s), {}, 0});
+        write_local_shard(o, *tok, entries, plan[s], work.shards.back(), work);
+      }
+    } catch (...) {
+      remove_tmp();
+      throw;
+    }
+  });
+
+  // Every rank learns every reject, so all agree on which entries survive and on the global ids.
+  std::vector<Reject> rejects = in.rejects;
+  std::vector<uint8_t> accepted(entries.size(), 1);
+  {
+    std::string blob;
+    for (const auto& r : work.rejects) blob += r.to_json_line() + "\n";
+    for (const auto& b : comm.allgather_strings(blob)) {
+      std::istringstream lines(b);
+      for (std::string line; std::getline(lines, line);) rejects.push_back(Reject::from_json_line(line));
+    }
+    for (int64_t e : comm.allgatherv(work.rejected_entries)) accepted[static_cast<size_t>(e)] = 0;
+  }
+  std::sort(rejects.begin(), rejects.end(), [](const Reject& a, const Reject& b) {
+    return std::tie(a.record, a.reason, a.source) < std::tie(b.record, b.reason, b.source);
+  });
+  // Image failures are reported once per caption entry; rejects.jsonl keeps one line per entry.
+  std::map<std::string, int64_t> by_reason;
+  for (const auto& r : rejects) ++by_reason[r.reason];
+  const int64_t candidates = static_cast<int64_t>(entries.size() + in.rejects.size());
+  const int64_t n_rejects = static_cast<int64_t>(rejects.size());
+
+  auto write_rejects = [&] {
+    if (!comm.is_root()) return;
+    std::ofstream f(out / kRejectsName);
+    for (const auto& r : rejects) f << r.to_json_line() << "\n";
+    f.flush();
+    FNVLP_CHECK(f.good(), "cannot write " << (out / kRejectsName).string());
+  };
+
+  const double fraction = candidates > 0 ? static_cast<double>(n_rejects) / candidates : 0.0;
+  if (candidates == 0 || n_rejects == candidates || fraction > o.max_reject_fraction) {
+    remove_tmp();
+    comm.collective(write_rejects);
+    std::vector<std::pair<int64_t, std::string>> worst;
+    for (const auto& [reason, n] : by_reason) worst.push_back({n, reason});
+    std::sort(worst.rbegin(), worst.rend());
+    std::ostringstream msg;
+    msg << o.input << ": " << n_rejects << " of " << candidates << " inputs rejected ("
+        << 100.0 * fraction << "% > --max-reject-fraction " << 100.0 * o.max_reject_fraction
+        << "%); worst reasons:";
+    for (size_t i = 0; i < worst.size() && i < 3; ++i) {
+      const auto& reason = worst[i].second;
+      const auto ex = std::find_if(rejects.begin(), rejects.end(),
+                                   [&](const Reject& r) { return r.reason == reason; });
+      msg << " " << reason << " x" << worst[i].first << " (e.g. record " << ex->record << ", "
+          << ex->source << ": " << ex->detail << ");";
+    }
+    msg << " details in " << (out / kRejectsName).string() << "; no dataset was written";
+    throw CollectiveError(msg.str());
+  }
+
+  // Global ids: pair_id dense in input order over accepted entries; image_id dense per distinct
+  // image in order of its first accepted caption.
+  std::vector<int64_t> pair_id(entries.size(), -1), image_id(entries.size(), -1);
+  std::unordered_map<std::string, int64_t> image_ids;
+  int64_t next_pair = 0;
+  for (size_t e = 0; e < entries.size(); ++e) {
+    if (!accepted[e]) continue;
+    pair_id[e] = next_pair++;
+    image_id[e] = image_ids.emplace(entries[e].image_path, static_cast<int64_t>(image_ids.size()))
+                      .first->second;
+  }
+  // Final shard numbering skips shards left empty by rejects.
+  std::vector<int64_t> final_index(plan.size(), -1);
+  int64_t n_final = 0;
+  for (size_t s = 0; s < plan.size(); ++s) {
+    bool any = false;
+    for (size_t e = plan[s].begin; e < plan[s].end && !any; ++e) any = accepted[e];
+    if (any) final_index[s] = n_final++;
+  }
+
+  std::vector<ManifestShard> shards;
+  comm.collective([&] {
+    json mine = json::array();
+    for (const auto& ls : work.shards) {
+      if (final_index[ls.plan_index] < 0) {
+        fs::remove(ls.tmp);
+        continue;
+      }
+      std::vector<int64_t> pids, iids;
+      for (size_t e : ls.kept) {
+        pids.push_back(pair_id[e]);
+        iids.push_back(image_id[e]);
+      }
+      ShardWriter::add_global_ids(ls.tmp.string(), pids, iids);
+      const std::string name = final_name(static_cast<size_t>(final_index[ls.plan_index]));
+      ManifestShard ms{name, pids.front(), static_cast<int64_t>(pids.size()), ls.num_images,
+                       static_cast<int64_t>(fs::file_size(ls.tmp)), sha256_file(ls.tmp.string())};
+      fs::rename(ls.tmp, out / name);
+      mine.push_back({{"file", ms.file}, {"first", ms.first_pair_id}, {"pairs", ms.num_pairs},
+                      {"images", ms.num_images}, {"bytes", ms.bytes}, {"sha256", ms.sha256}});
+    }
+    for (const auto& blob : comm.allgather_strings(mine.dump()))
+      for (const auto& j : json::parse(blob))
+        shards.push_back({j["file"], j["first"], j["pairs"], j["images"], j["bytes"], j["sha256"]});
+  });
+  std::sort(shards.begin(), shards.end(),
+            [](const auto& a, const auto& b) { return a.first_pair_id < b.first_pair_id; });
+
+  // The manifest is the commit point: written last, by rank 0, after every shard is in place.
+  comm.collective([&] {
+    write_rejects();
+    if (!comm.is_root()) return;
+    Manifest m;
+    m.created_by = std::string("fnvlp-shard ") + kVersion + " (" + kGitCommit + ")";
+    m.created_at = utc_now();
+    m.image_size = o.image_size;
+    m.max_len = o.max_len;
+    m.vocab_path = fs::absolute(o.vocab).string();
+    m.vocab_sha256 = tok->vocab_sha256();
+    m.vocab_size = static_cast<int64_t>(tok->size());
+    m.num_pairs = next_pair;
+    m.num_images = static_cast<int64_t>(image_ids.size());
+    m.records_total = in.total_records;
+    m.records_filtered_by_split = in.filtered_by_split;
+    m.rejects_total = n_rejects;
+    m.rejects_by_reason = by_reason;
+    m.source = {{"input", fs::absolute(o.input).string()},
+                {"format", o.format},
+                {"image_root", o.image_root.empty() ? "" : fs::absolute(o.image_root).string()},
+                {"split_file", o.split_file},
+                {"split", o.split},
+                {"shard_size", o.shard_size},
+                {"image_chunk", o.image_chunk},
+                {"max_reject_fraction", o.max_reject_fraction}};
+    m.shards = shards;
+    m.save(o.out);
+  });
+
+  ShardJobResult r;
+  r.num_pairs = next_pair;
+  r.num_images = static_cast<int64_t>(image_ids.size());
+  r.num_shards = n_final;
+  r.rejects = n_rejects;
+  r.images_decoded = comm.allreduce_sum(work.images_decoded);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::vector<std::string> verify_dataset_collective(const Comm& comm, const std::string& dir,
+                                                   int64_t* pairs_checked) {
+  VerifyReport rep = verify_dataset(dir, comm.rank(), comm.size());
+  std::vector<uint8_t> seen = rep.image_id_seen;
+  comm.allreduce_max(seen);
+  std::string blob;
+  for (const auto& p : rep.problems) blob += p + "\n";
+  std::vector<std::string> problems;
+  for (const auto& b : comm.allgather_strings(blob)) {
+    std::istringstream lines(b);
+    for (std::string line; std::getline(lines, line);) problems.push_back(line);
+  }
+  // Manifest-level problems are found by every rank: keep one copy of each.
+  std::sort(problems.begin(), problems.end());
+  problems.erase(std::unique(problems.begin(), problems.end()), problems.end());
+  if (problems.empty()) {
+    VerifyReport coverage;
+    check_image_coverage(seen, coverage);
+    problems = coverage.problems;
+  }
+  if (pairs_checked) *pairs_checked = comm.allreduce_sum(rep.pairs_checked);
+  return problems;
+}
+
+}  // namespace fnvlp::data

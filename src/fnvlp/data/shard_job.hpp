@@ -1,0 +1,59 @@
+#pragma once
+// fnvlp-shard: image-caption inputs -> checksummed HDF5 shards + manifest (DESIGN.md §2).
+#include <cstdint>
+#include <string>
+
+#include "fnvlp/comm/comm.hpp"
+
+namespace fnvlp::data {
+
+struct ShardJobOptions {
+  std::string input;
+  std::string format = "albef";
+  std::string image_root;
+  std::string vocab;
+  std::string out;
+  std::string split_file;
+  std::string split;
+  int64_t image_size = 128;
+  int64_t max_len = 30;
+  int64_t shard_size = 4096;
+  double max_reject_fraction = 0.01;
+  int64_t image_chunk = 8;
+
+  template <class V>
+  void fields(V& v) {
+    v("input", input);
+    v("format", format);
+    v("image_root", image_root);
+    v("vocab", vocab);
+    v("out", out);
+    v("split_file", split_file);
+    v("split", split);
+    v("image_size", image_size);
+    v("max_len", max_len);
+    v("shard_size", shard_size);
+    v("max_reject_fraction", max_reject_fraction);
+    v("image_chunk", image_chunk);
+  }
+};
+
+struct ShardJobResult {
+  int64_t num_pairs = 0;
+  int64_t num_images = 0;
+  int64_t num_shards = 0;
+  int64_t rejects = 0;
+  int64_t images_decoded = 0;  // decode calls over all ranks (an image split across shards counts twice)
+  double seconds = 0;
+};
+
+// Collective over `comm`. Throws CollectiveError (same message on every rank) when the input is
+// unusable or rejects exceed max_reject_fraction; then no manifest exists and no shard is left.
+ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& options);
+
+// Collective verification of DIR: shards are split across ranks. Returns every problem found
+// (identical list on every rank).
+std::vector<std::string> verify_dataset_collective(const Comm& comm, const std::string& dir,
+                                                   int64_t* pairs_checked = nullptr);
+
+}  // namespace fnvlp::data
