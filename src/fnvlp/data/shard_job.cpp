@@ -271,8 +271,9 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
       const auto& reason = worst[i].second;
       const auto ex = std::find_if(rejects.begin(), rejects.end(),
                                    [&](const Reject& r) { return r.reason == reason; });
-      msg << " " << reason << " x" << worst[i].first << " (e.g. record " << ex->record << ", "
-          << ex->source << ": " << ex->detail << ");";
+      msg << " " << reason << " x" << worst[i].first << " (e.g. record " << ex->record << ": "
+          << (ex->detail.find(ex->source) == std::string::npos ? ex->source + ": " : "")
+          << ex->detail << ");";
     }
     msg << " details in " << (out / kRejectsName).string() << "; no dataset was written";
     throw CollectiveError(msg.str());

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Configures and builds fnvlp into ${FNVLP_BUILD_DIR:-build} (Ninja, ccache when present).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${FNVLP_BUILD_DIR:-$root/build}
+jobs=${FNVLP_JOBS:-$(nproc)}
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${FNVLP_BUILD_TYPE:-Release}" \
+  ${FNVLP_SHARED_DIR:+-DFNVLP_SHARED_DIR="$FNVLP_SHARED_DIR"} ${FNVLP_CMAKE_ARGS:-}
+cmake --build "$build" -j "$jobs"

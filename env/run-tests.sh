@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# README command 2: install the Debian packages, build, and run the whole test suite.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bash "$root/env/install-debian.sh"
+bash "$root/env/build.sh"
+source "$root/env/mpi-env.sh"
+cd "${FNVLP_BUILD_DIR:-$root/build}"
+ctest --output-on-failure -j "$(nproc)" --timeout 900 "$@"

@@ -1,0 +1,105 @@
+// Comm semantics at any rank count (ctest runs this at np 1, 2 and 4): every expectation is
+// written in terms of rank and size so it holds for each.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "fnvlp/comm/comm.hpp"
+
+using fnvlp::Comm;
+
+namespace {
+
+TEST(Comm, DuplicatesTheWorldCommunicator) {
+  Comm comm;
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  EXPECT_EQ(comm.size(), world);
+  int cmp = 0;
+  MPI_Comm_compare(comm.raw(), MPI_COMM_WORLD, &cmp);
+  EXPECT_EQ(cmp, MPI_CONGRUENT);  // same group, separate context: no message can cross
+}
+
+TEST(Comm, Reductions) {
+  Comm comm;
+  const int r = comm.rank(), n = comm.size();
+  EXPECT_EQ(comm.allreduce_sum<int64_t>(r + 1), int64_t(n) * (n + 1) / 2);
+  EXPECT_EQ(comm.allreduce_max<int32_t>(r), n - 1);
+  EXPECT_EQ(comm.allreduce_min<double>(r + 0.5), 0.5);
+  std::vector<double> v = {double(r), 1.0};
+  comm.allreduce_mean(v);
+  EXPECT_DOUBLE_EQ(v[0], (n - 1) / 2.0);
+  EXPECT_DOUBLE_EQ(v[1], 1.0);
+  EXPECT_EQ(comm.exscan_sum(r + 1), int64_t(r) * (r + 1) / 2);
+}
+
+TEST(Comm, AllgatherAndAllgathervKeepRankOrder) {
+  Comm comm;
+  const int r = comm.rank(), n = comm.size();
+  const auto ranks = comm.allgather<int32_t>(r * 10);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(ranks[i], i * 10);
+  // Rank i contributes i elements (rank 0 none): ragged sizes, including empty.
+  std::vector<int64_t> mine(static_cast<size_t>(r), r);
+  const auto all = comm.allgatherv(mine);
+  ASSERT_EQ(all.size(), size_t(n) * (n - 1) / 2);
+  size_t k = 0;
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < i; ++j) EXPECT_EQ(all[k++], i);
+  const auto strings = comm.allgather_strings(std::string(static_cast<size_t>(r), 'a' + r));
+  for (int i = 0; i < n; ++i) EXPECT_EQ(strings[i], std::string(static_cast<size_t>(i), 'a' + i));
+}
+
+TEST(Comm, AlltoallvDeliversEachRanksSlice) {
+  Comm comm;
+  const int r = comm.rank(), n = comm.size();
+  // Rank r sends (dest + 1) copies of (100 * r + dest) to each dest.
+  std::vector<int64_t> send;
+  std::vector<int> counts;
+  for (int d = 0; d < n; ++d) {
+    counts.push_back(d + 1);
+    send.insert(send.end(), static_cast<size_t>(d + 1), 100 * r + d);
+  }
+  std::vector<int> recv_counts;
+  const auto got = comm.alltoallv(send, counts, &recv_counts);
+  ASSERT_EQ(got.size(), size_t(n) * (r + 1));
+  for (int s = 0; s < n; ++s) {
+    EXPECT_EQ(recv_counts[s], r + 1);
+    for (int k = 0; k <= r; ++k) EXPECT_EQ(got[static_cast<size_t>(s * (r + 1) + k)], 100 * s + r);
+  }
+}
+
+TEST(Comm, BroadcastFromLastRank) {
+  Comm comm;
+  const int root = comm.size() - 1;
+  std::vector<float> v;
+  std::string s;
+  if (comm.rank() == root) {
+    v = {1.5f, 2.5f, 3.5f};
+    s = "from the last rank";
+  }
+  comm.bcast(v, root);
+  comm.bcast(s, root);
+  EXPECT_EQ(v, (std::vector<float>{1.5f, 2.5f, 3.5f}));
+  EXPECT_EQ(s, "from the last rank");
+}
+
+TEST(Comm, OneRanksFailureReachesEveryRankWithoutHanging) {
+  Comm comm;
+  const int bad = comm.size() - 1;
+  try {
+    comm.collective([&] {
+      if (comm.rank() == bad) throw std::runtime_error("disk full on this rank");
+    });
+    FAIL() << "no error on rank " << comm.rank();
+  } catch (const fnvlp::CollectiveError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rank " + std::to_string(bad) + ": disk full on this rank"), std::string::npos)
+        << what;
+  }
+  EXPECT_TRUE(comm.all_ok(true));
+  EXPECT_FALSE(comm.all_ok(comm.rank() != 0));
+  // The communicator is still usable after the failure.
+  EXPECT_EQ(comm.allreduce_sum<int32_t>(1), comm.size());
+}
+
+}  // namespace

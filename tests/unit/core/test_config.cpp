@@ -1,0 +1,102 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "fnvlp/core/config.hpp"
+
+namespace {
+
+struct OptimConfig {
+  double lr = 1e-4;
+  int64_t warmup_steps = 100;
+  template <class V>
+  void fields(V& v) {
+    v("lr", lr);
+    v("warmup_steps", warmup_steps);
+  }
+};
+
+struct RunConfig {
+  std::string name = "default";
+  int64_t batch_size = 64;
+  bool deterministic = false;
+  std::vector<double> quantiles = {0.5};
+  OptimConfig optim;
+  template <class V>
+  void fields(V& v) {
+    v("name", name);
+    v("batch_size", batch_size);
+    v("deterministic", deterministic);
+    v("quantiles", quantiles);
+    v("optim", optim);
+  }
+};
+
+std::string write_yaml(const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/fnvlp_config_test.yaml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const fnvlp::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, DefaultsWhenAbsent) {
+  RunConfig c = fnvlp::config::load_typed<RunConfig>("", {});
+  EXPECT_EQ(c.batch_size, 64);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 1e-4);
+}
+
+TEST(Config, FileThenOverridesInOrder) {
+  const auto path = write_yaml("name: tiny\nbatch_size: 32\noptim:\n  lr: 0.001\n");
+  RunConfig c = fnvlp::config::load_typed<RunConfig>(
+      path, {"batch_size=16", "optim.warmup_steps=7", "deterministic=true", "quantiles=[0, 0.5, 1]",
+             "batch_size=8"});
+  EXPECT_EQ(c.name, "tiny");
+  EXPECT_EQ(c.batch_size, 8);  // the last override wins
+  EXPECT_DOUBLE_EQ(c.optim.lr, 0.001);
+  EXPECT_EQ(c.optim.warmup_steps, 7);
+  EXPECT_TRUE(c.deterministic);
+  EXPECT_EQ(c.quantiles, (std::vector<double>{0, 0.5, 1}));
+}
+
+TEST(Config, UnknownKeyIsAnErrorNamingItsPath) {
+  const auto msg = error_of([] { fnvlp::config::load_typed<RunConfig>("", {"optim.lrr=0.1"}); });
+  EXPECT_NE(msg.find("optim.lrr"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("lr"), std::string::npos) << msg;  // lists the known keys
+}
+
+TEST(Config, WrongTypeIsAnErrorNamingKeyAndType) {
+  const auto msg = error_of([] { fnvlp::config::load_typed<RunConfig>("", {"batch_size=big"}); });
+  EXPECT_NE(msg.find("batch_size"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("integer"), std::string::npos) << msg;
+}
+
+TEST(Config, MalformedOverrideAndFileAreErrors) {
+  EXPECT_NE(error_of([] { fnvlp::config::load("", {"no_equals_sign"}); }).find("key=value"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { fnvlp::config::load("/nonexistent.yaml", {}); }).find("/nonexistent.yaml"),
+            std::string::npos);
+  const auto bad = write_yaml("a: [1, 2\n");
+  EXPECT_NE(error_of([&] { fnvlp::config::load(bad, {}); }).find("not valid YAML"), std::string::npos);
+}
+
+TEST(Config, DumpRoundTripsTheResolvedConfig) {
+  RunConfig c;
+  c.name = "x";
+  c.optim.lr = 0.5;
+  const std::string text = fnvlp::config::dump(fnvlp::config::to_yaml(c));
+  RunConfig back;
+  fnvlp::config::from_yaml(YAML::Load(text), back);
+  EXPECT_EQ(back.name, "x");
+  EXPECT_DOUBLE_EQ(back.optim.lr, 0.5);
+  EXPECT_EQ(back.quantiles, c.quantiles);
+}
+
+}  // namespace

@@ -1,0 +1,81 @@
+#pragma once
+// A small, valid sharded dataset written straight through ShardWriter + Manifest (no image
+// decoding), for tests of the reader and of --verify.
+#include <filesystem>
+#include <string>
+
+#include "fnvlp/core/sha256.hpp"
+#include "fnvlp/data/manifest.hpp"
+#include "fnvlp/data/shard.hpp"
+
+namespace fnvlp::testutil {
+
+inline constexpr int kImageSize = 8;
+inline constexpr int kMaxLen = 6;
+
+// Pixel value of image `image_id`, row-major offset `k`: recognisable bytes for corruption tests.
+// A hash, so that no run of one image's bytes appears anywhere else in the file.
+inline uint8_t pixel(int64_t image_id, size_t k) {
+  uint64_t z = static_cast<uint64_t>(image_id) * 0x9E3779B97F4A7C15ull + k + 1;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<uint8_t>((z ^ (z >> 31)) & 0xFF);
+}
+
+// Two shards of `pairs_per_shard` pairs; every two consecutive pairs share an image.
+inline data::Manifest write_test_dataset(const std::string& dir, int64_t pairs_per_shard = 10) {
+  namespace fs = std::filesystem;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  data::Manifest m;
+  m.created_by = "test";
+  m.created_at = "2026-01-01T00:00:00Z";
+  m.image_size = kImageSize;
+  m.max_len = kMaxLen;
+  m.vocab_path = "vocab.txt";
+  m.vocab_sha256 = std::string(64, 'a');
+  m.vocab_size = 1000;
+  int64_t pair = 0;
+  for (int s = 0; s < 2; ++s) {
+    const std::string name = "shard-0000" + std::to_string(s) + ".h5";
+    const std::string path = (fs::path(dir) / name).string();
+    data::ShardHeader h;
+    h.created_by = "test";
+    h.image_size = kImageSize;
+    h.max_len = kMaxLen;
+    h.vocab_sha256 = m.vocab_sha256;
+    data::ShardWriter w(path, h, 2);
+    const int64_t n_images = pairs_per_shard / 2;
+    const size_t bytes = kImageSize * kImageSize * 3;
+    std::vector<uint8_t> rgb(static_cast<size_t>(n_images) * bytes);
+    const int64_t first_image = pair / 2;
+    for (int64_t i = 0; i < n_images; ++i)
+      for (size_t k = 0; k < bytes; ++k) rgb[static_cast<size_t>(i) * bytes + k] = pixel(first_image + i, k);
+    w.append_images(rgb.data(), n_images);
+    data::PairColumns c;
+    std::vector<int64_t> pid, iid;
+    for (int64_t i = 0; i < pairs_per_shard; ++i) {
+      c.pair_image.push_back(i / 2);
+      const std::vector<int32_t> t = {101, static_cast<int32_t>(2000 % 1000 + i + 1), 102, 0, 0, 0};
+      c.tokens.insert(c.tokens.end(), t.begin(), t.end());
+      c.lengths.push_back(3);
+      c.label.push_back(static_cast<int32_t>(i % 3));
+      pid.push_back(pair + i);
+      iid.push_back((pair + i) / 2);
+    }
+    w.write_pairs(c);
+    w.write_global_ids(pid, iid);
+    w.close();
+    m.shards.push_back({name, pair, pairs_per_shard, n_images,
+                        static_cast<int64_t>(fs::file_size(path)), sha256_file(path)});
+    pair += pairs_per_shard;
+  }
+  m.num_pairs = pair;
+  m.num_images = pair / 2;
+  m.records_total = pair;
+  m.source = {{"input", "test"}};
+  m.save(dir);
+  return m;
+}
+
+}  // namespace fnvlp::testutil

@@ -1,0 +1,166 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "dataset_fixture.hpp"
+#include "fnvlp/data/h5.hpp"
+
+namespace fs = std::filesystem;
+using namespace fnvlp;
+
+namespace {
+
+std::string tmpdir(const std::string& name) { return ::testing::TempDir() + "/fnvlp_" + name; }
+
+std::vector<char> slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void spit(const std::string& path, const std::vector<char>& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string verify_text(const std::string& dir) {
+  std::string all;
+  for (const auto& p : data::verify_dataset(dir).problems) all += p + "\n";
+  return all;
+}
+
+TEST(ShardFormat, RoundTripWithSchemaAttributes) {
+  const auto dir = tmpdir("roundtrip");
+  const auto m = testutil::write_test_dataset(dir);
+  data::ShardReader r(dir + "/shard-00001.h5");
+  EXPECT_EQ(r.header().schema, data::kShardSchemaVersion);
+  EXPECT_EQ(r.header().image_size, testutil::kImageSize);
+  EXPECT_EQ(r.header().max_len, testutil::kMaxLen);
+  EXPECT_EQ(r.header().vocab_sha256, m.vocab_sha256);
+  EXPECT_EQ(r.num_pairs(), 10);
+  EXPECT_EQ(r.num_images(), 5);
+  const auto p = r.read_pairs();
+  ASSERT_EQ(p.size(), 10u);
+  EXPECT_EQ(p.pair_id.front(), 10);
+  EXPECT_EQ(p.image_id[3], (10 + 3) / 2);
+  EXPECT_EQ(p.tokens[0], 101);
+  EXPECT_EQ(p.lengths[9], 3);
+  std::vector<uint8_t> img(testutil::kImageSize * testutil::kImageSize * 3);
+  r.read_images(2, 1, img.data());
+  EXPECT_EQ(img[5], testutil::pixel(5 + 2, 5));
+}
+
+TEST(ShardFormat, DatasetsAreChunkedWithFletcher32) {
+  const auto dir = tmpdir("filters");
+  testutil::write_test_dataset(dir);
+  h5::Handle f = h5::open_file(dir + "/shard-00000.h5");
+  for (const char* name : {"images", "pair_image", "tokens", "lengths", "pair_id", "image_id", "label"}) {
+    h5::Handle ds = h5::open_dataset(f, name, "shard");
+    h5::Handle dcpl(H5Dget_create_plist(ds), H5Pclose);
+    EXPECT_EQ(H5Pget_layout(dcpl), H5D_CHUNKED) << name;
+    bool fletcher = false;
+    for (int i = 0; i < H5Pget_nfilters(dcpl); ++i) {
+      unsigned flags = 0;
+      size_t n = 0;
+      fletcher |= H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &n, nullptr, 0, nullptr,
+                                 nullptr) == H5Z_FILTER_FLETCHER32;
+    }
+    EXPECT_TRUE(fletcher) << name;
+  }
+}
+
+TEST(ShardFormat, SameContentGivesSameBytes) {
+  testutil::write_test_dataset(tmpdir("repro_a"));
+  testutil::write_test_dataset(tmpdir("repro_b"));
+  EXPECT_EQ(sha256_file(tmpdir("repro_a") + "/shard-00000.h5"),
+            sha256_file(tmpdir("repro_b") + "/shard-00000.h5"));
+}
+
+TEST(ShardFormat, WrongSchemaVersionIsRejectedByName) {
+  const auto dir = tmpdir("schema");
+  testutil::write_test_dataset(dir);
+  const auto path = dir + "/shard-00000.h5";
+  {
+    h5::Handle f = h5::open_file(path, true);
+    H5Adelete(f, "fnvlp_schema");
+    h5::write_attr_int(f, "fnvlp_schema", 99);
+  }
+  try {
+    data::ShardReader r(path);
+    FAIL() << "schema 99 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("schema version 99"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+TEST(Verify, AcceptsAValidDataset) {
+  const auto dir = tmpdir("verify_ok");
+  testutil::write_test_dataset(dir);
+  const auto rep = data::verify_dataset(dir);
+  EXPECT_TRUE(rep.ok()) << verify_text(dir);
+  EXPECT_EQ(rep.pairs_checked, 20);
+  EXPECT_EQ(rep.images_checked, 10);
+}
+
+TEST(Verify, FlippedBitInAnImageChunkNamesFileAndDataset) {
+  const auto dir = tmpdir("verify_bitflip");
+  testutil::write_test_dataset(dir);
+  const auto path = dir + "/shard-00000.h5";
+  auto bytes = slurp(path);
+  // Find image 3's pixels (written raw: no compression) and flip one bit in the middle.
+  std::vector<char> needle;
+  for (size_t k = 0; k < 24; ++k) needle.push_back(static_cast<char>(testutil::pixel(3, k)));
+  auto it = std::search(bytes.begin(), bytes.end(), needle.begin(), needle.end());
+  ASSERT_NE(it, bytes.end());
+  *(it + 10) ^= 0x10;
+  spit(path, bytes);
+  const auto text = verify_text(dir);
+  EXPECT_NE(text.find("shard-00000.h5:/images"), std::string::npos) << text;
+  EXPECT_NE(text.find("sha256"), std::string::npos) << text;
+  // The reader itself refuses the chunk (Fletcher32), not only the checksum of the whole file.
+  data::ShardReader r(path);
+  std::vector<uint8_t> img(2 * testutil::kImageSize * testutil::kImageSize * 3);
+  EXPECT_THROW(r.read_images(2, 2, img.data()), Error);
+  EXPECT_NO_THROW(r.read_images(0, 2, img.data()));  // other chunks still read
+}
+
+TEST(Verify, MissingShardManifestMismatchAndTruncation) {
+  const auto dir = tmpdir("verify_faults");
+  testutil::write_test_dataset(dir);
+  fs::remove(dir + "/shard-00001.h5");
+  EXPECT_NE(verify_text(dir).find("shard-00001.h5: missing"), std::string::npos) << verify_text(dir);
+
+  testutil::write_test_dataset(dir);
+  auto bytes = slurp(dir + "/shard-00000.h5");
+  bytes.resize(bytes.size() / 2);
+  spit(dir + "/shard-00000.h5", bytes);
+  auto text = verify_text(dir);
+  EXPECT_NE(text.find("shard-00000.h5: size"), std::string::npos) << text;
+
+  // The manifest claims a pair count the shard does not hold.
+  testutil::write_test_dataset(dir);
+  auto m = data::Manifest::load(dir);
+  m.shards[1].num_pairs = 11;
+  m.num_pairs = 21;
+  m.save(dir);
+  text = verify_text(dir);
+  EXPECT_NE(text.find("shard-00001.h5: num_pairs 10, manifest says 11"), std::string::npos) << text;
+
+  fs::remove(dir + "/manifest.json");
+  text = verify_text(dir);
+  EXPECT_NE(text.find("manifest.json: missing"), std::string::npos) << text;
+}
+
+TEST(Verify, PairIdsThatDoNotTileAreReported) {
+  const auto dir = tmpdir("verify_tiling");
+  testutil::write_test_dataset(dir);
+  auto m = data::Manifest::load(dir);
+  m.shards[1].first_pair_id = 12;
+  m.save(dir);
+  const auto text = verify_text(dir);
+  EXPECT_NE(text.find("expected 10"), std::string::npos) << text;
+  EXPECT_NE(text.find("/pair_id is not the contiguous range"), std::string::npos) << text;
+}
+
+}  // namespace
