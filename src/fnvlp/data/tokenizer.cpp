@@ -1,6 +1,5 @@
 #include "fnvlp/data/tokenizer.hpp"
 
-#include <openssl/evp.h>
 #include <unicode/uchar.h>
 #include <unicode/unorm2.h>
 #include <unicode/ustring.h>
@@ -14,6 +13,7 @@
 #include <iterator>
 
 #include "fnvlp/core/error.hpp"
+#include "fnvlp/core/sha256.hpp"
 
 namespace fnvlp::data {
 
@@ -179,24 +179,6 @@ Split split_class(UChar32 c) {
     default:
       return Split::kWord;
   }
-}
-
-std::string sha256_hex(const std::string& bytes, const std::string& path) {
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  FNVLP_CHECK(ctx && EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) == 1 &&
-                  EVP_DigestUpdate(ctx.get(), bytes.data(), bytes.size()) == 1 &&
-                  EVP_DigestFinal_ex(ctx.get(), md, &len) == 1,
-              "vocabulary " << path << ": OpenSSL sha256 failed");
-  static const char* kHex = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(2 * len);
-  for (unsigned int k = 0; k < len; ++k) {
-    hex.push_back(kHex[md[k] >> 4]);
-    hex.push_back(kHex[md[k] & 15]);
-  }
-  return hex;
 }
 
 // Runs an ICU "preflighting" C function (returns the needed length, sets
@@ -496,7 +478,7 @@ WordPieceTokenizer WordPieceTokenizer::from_file(const std::string& vocab_path) 
     FNVLP_CHECK(!in.bad(), "error reading vocabulary file " << vocab_path);
   }
   FNVLP_CHECK(!bytes.empty(), "vocabulary file " << vocab_path << " is empty");
-  v->sha256 = sha256_hex(bytes, vocab_path);
+  v->sha256 = fnvlp::sha256_hex(bytes.data(), bytes.size());
 
   // One token per line; a final newline does not start another token.
   for (size_t pos = 0; pos < bytes.size();) {
