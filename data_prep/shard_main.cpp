@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
       ("max-reject-fraction", "fail above this fraction of rejected inputs",
        cxxopts::value(o.max_reject_fraction)->default_value("0.01"))
       ("image-chunk", "images per HDF5 chunk (1..64)", cxxopts::value(o.image_chunk)->default_value("8"))
+      ("threads", "helper threads per rank (decode, checksums)", cxxopts::value(o.threads)->default_value("1"))
       ("verify", "check DIR (manifest, sha256, every chunk) instead of sharding", cxxopts::value<std::string>())
       ("h,help", "show this help");
     const auto args = cli.parse(argc, argv);

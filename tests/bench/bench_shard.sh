@@ -28,7 +28,7 @@ run() {  # run NAME CMD... -> seconds on stdout
 }
 
 declare -A best
-for name in python fnvlp_np1 fnvlp_np2; do best[$name]=1e9; done
+for name in python fnvlp_np1 fnvlp_np2; do best[$name]=1000000000; done
 for r in $(seq 1 "$rounds"); do
   for name in python fnvlp_np1 fnvlp_np2; do
     rm -rf "$work/out"

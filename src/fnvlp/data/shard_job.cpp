@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "fnvlp/core/error.hpp"
+#include "fnvlp/core/parallel.hpp"
 #include "fnvlp/core/sha256.hpp"
 #include "fnvlp/data/image.hpp"
 #include "fnvlp/data/ingest.hpp"
@@ -117,34 +118,48 @@ void write_local_shard(const ShardJobOptions& o, const WordPieceTokenizer& tok,
   header.vocab_sha256 = tok.vocab_sha256();
   ShardWriter writer(shard.tmp.string(), header, static_cast<int>(o.image_chunk));
 
-  // Each distinct image of the shard is decoded and stored once, in order of first use.
+  // Each distinct image of the shard is decoded and stored once, in order of first use. Images
+  // are decoded in batches on the rank's helper threads, then appended in order.
+  std::vector<const std::string*> todo;
   std::unordered_map<std::string, int64_t> row_of;  // -1: failed to decode
+  for (size_t e : with_caption)
+    if (row_of.emplace(entries[e].image_path, 0).second) todo.push_back(&entries[e].image_path);
   std::unordered_map<std::string, ImageError> failed;
-  const size_t block = static_cast<size_t>(o.image_chunk);
-  std::vector<uint8_t> pending;
-  pending.reserve(block * image_bytes);
+  const size_t batch = 256;
+  std::vector<uint8_t> pixels(batch * image_bytes);
+  std::vector<std::optional<ImageError>> errors(batch);
   int64_t next_row = 0;
-  for (size_t e : with_caption) {
-    const std::string& path = entries[e].image_path;
-    if (row_of.count(path)) continue;
-    try {
-      Image img = resize_center_crop(read_image_file(path, static_cast<int>(S)), static_cast<int>(S));
-      ++work.images_decoded;
-      FNVLP_CHECK(img.rgb.size() == image_bytes, path << ": resize produced a wrong size");
-      pending.insert(pending.end(), img.rgb.begin(), img.rgb.end());
-      row_of[path] = next_row++;
-      if (pending.size() == block * image_bytes) {
-        writer.append_images(pending.data(), static_cast<int64_t>(block));
-        pending.clear();
+  for (size_t b = 0; b < todo.size(); b += batch) {
+    const size_t n = std::min(batch, todo.size() - b);
+    parallel_for(n, static_cast<int>(o.threads), [&](size_t i) {
+      errors[i].reset();
+      try {
+        const std::string& path = *todo[b + i];
+        Image img = resize_center_crop(read_image_file(path, static_cast<int>(S)), static_cast<int>(S));
+        FNVLP_CHECK(img.rgb.size() == image_bytes, path << ": resize produced a wrong size");
+        std::copy(img.rgb.begin(), img.rgb.end(), pixels.begin() + static_cast<long>(i * image_bytes));
+      } catch (const ImageError& err) {
+        errors[i] = err;
       }
-    } catch (const ImageError& err) {
-      ++work.images_decoded;
-      row_of[path] = -1;
-      failed.emplace(path, err);
+    });
+    // Compact the successful images so they append as one contiguous block.
+    size_t kept = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const std::string& path = *todo[b + i];
+      if (errors[i]) {
+        row_of[path] = -1;
+        failed.emplace(path, *errors[i]);
+        continue;
+      }
+      if (kept != i)
+        std::copy_n(pixels.begin() + static_cast<long>(i * image_bytes), image_bytes,
+                    pixels.begin() + static_cast<long>(kept * image_bytes));
+      row_of[path] = next_row++;
+      ++kept;
     }
+    writer.append_images(pixels.data(), static_cast<int64_t>(kept));
   }
-  if (!pending.empty())
-    writer.append_images(pending.data(), static_cast<int64_t>(pending.size() / image_bytes));
+  work.images_decoded += static_cast<int64_t>(todo.size());
 
   PairColumns cols;
   for (size_t e : with_caption) {
@@ -179,6 +194,7 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
   FNVLP_CHECK(o.max_len >= 3 && o.max_len <= 32767, "--max-len must be in [3, 32767]");
   FNVLP_CHECK(o.shard_size >= 1, "--shard-size must be >= 1");
   FNVLP_CHECK(o.image_chunk >= 1 && o.image_chunk <= 64, "--image-chunk must be in [1, 64]");
+  FNVLP_CHECK(o.threads >= 1 && o.threads <= 256, "--threads must be in [1, 256]");
   FNVLP_CHECK(o.max_reject_fraction >= 0 && o.max_reject_fraction <= 1,
               "--max-reject-fraction must be in [0, 1]");
   FNVLP_CHECK(o.split.empty() == o.split_file.empty(), "--split-file and --split go together");
@@ -301,8 +317,10 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
 
   std::vector<ManifestShard> shards;
   comm.collective([&] {
-    json mine = json::array();
-    for (const auto& ls : work.shards) {
+    // HDF5 here is not built thread-safe: ids are added on this thread, checksums run in parallel.
+    std::vector<ManifestShard> done(work.shards.size());
+    for (size_t k = 0; k < work.shards.size(); ++k) {
+      const LocalShard& ls = work.shards[k];
       if (final_index[ls.plan_index] < 0) {
         fs::remove(ls.tmp);
         continue;
@@ -313,13 +331,21 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
         iids.push_back(image_id[e]);
       }
       ShardWriter::add_global_ids(ls.tmp.string(), pids, iids);
-      const std::string name = final_name(static_cast<size_t>(final_index[ls.plan_index]));
-      ManifestShard ms{name, pids.front(), static_cast<int64_t>(pids.size()), ls.num_images,
-                       static_cast<int64_t>(fs::file_size(ls.tmp)), sha256_file(ls.tmp.string())};
-      fs::rename(ls.tmp, out / name);
-      mine.push_back({{"file", ms.file}, {"first", ms.first_pair_id}, {"pairs", ms.num_pairs},
-                      {"images", ms.num_images}, {"bytes", ms.bytes}, {"sha256", ms.sha256}});
+      done[k] = {final_name(static_cast<size_t>(final_index[ls.plan_index])), pids.front(),
+                 static_cast<int64_t>(pids.size()), ls.num_images, 0, ""};
     }
+    parallel_for(work.shards.size(), static_cast<int>(o.threads), [&](size_t k) {
+      if (done[k].file.empty()) return;
+      const fs::path& tmp = work.shards[k].tmp;
+      done[k].bytes = static_cast<int64_t>(fs::file_size(tmp));
+      done[k].sha256 = sha256_file(tmp.string());
+      fs::rename(tmp, out / done[k].file);
+    });
+    json mine = json::array();
+    for (const auto& ms : done)
+      if (!ms.file.empty())
+        mine.push_back({{"file", ms.file}, {"first", ms.first_pair_id}, {"pairs", ms.num_pairs},
+                        {"images", ms.num_images}, {"bytes", ms.bytes}, {"sha256", ms.sha256}});
     for (const auto& blob : comm.allgather_strings(mine.dump()))
       for (const auto& j : json::parse(blob))
         shards.push_back({j["file"], j["first"], j["pairs"], j["images"], j["bytes"], j["sha256"]});

@@ -20,6 +20,7 @@ struct ShardJobOptions {
   int64_t shard_size = 4096;
   double max_reject_fraction = 0.01;
   int64_t image_chunk = 8;
+  int64_t threads = 1;  // helper threads per rank for decoding and checksums
 
   template <class V>
   void fields(V& v) {
@@ -35,6 +36,7 @@ struct ShardJobOptions {
     v("shard_size", shard_size);
     v("max_reject_fraction", max_reject_fraction);
     v("image_chunk", image_chunk);
+    v("threads", threads);
   }
 };
 
