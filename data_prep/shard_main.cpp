@@ -11,7 +11,9 @@
 int main(int argc, char** argv) {
   return fnvlp::job_main(argc, argv, "fnvlp-shard", [](fnvlp::Comm& comm, int argc, char** argv) {
     fnvlp::data::ShardJobOptions o;
-    cxxopts::Options cli("fnvlp-shard", "Shard image-caption data into HDF5 (run under mpirun/srun)");
+    cxxopts::Options cli("fnvlp-shard",
+                         "Shard image-caption data into HDF5 (run under mpirun/srun)");
+    // clang-format off
     cli.add_options()
       ("input", "ALBEF JSON, COCO captions JSON or Flickr token file", cxxopts::value(o.input))
       ("format", "albef | coco | flickr-token", cxxopts::value(o.format)->default_value(o.format))
@@ -29,6 +31,7 @@ int main(int argc, char** argv) {
       ("threads", "helper threads per rank (decode, checksums)", cxxopts::value(o.threads)->default_value("1"))
       ("verify", "check DIR (manifest, sha256, every chunk) instead of sharding", cxxopts::value<std::string>())
       ("h,help", "show this help");
+    // clang-format on
     const auto args = cli.parse(argc, argv);
     if (args.count("help")) {
       if (comm.is_root()) std::cout << cli.help() << "\n";
@@ -40,8 +43,10 @@ int main(int argc, char** argv) {
       const auto problems = fnvlp::data::verify_dataset_collective(comm, dir, &pairs);
       if (comm.is_root()) {
         for (const auto& p : problems) spdlog::error("verify: {}", p);
-        if (problems.empty()) spdlog::info("verify: {} OK ({} pairs, every chunk read)", dir, pairs);
-        else spdlog::error("verify: {} FAILED with {} problem(s)", dir, problems.size());
+        if (problems.empty())
+          spdlog::info("verify: {} OK ({} pairs, every chunk read)", dir, pairs);
+        else
+          spdlog::error("verify: {} FAILED with {} problem(s)", dir, problems.size());
       }
       return problems.empty() ? 0 : 1;
     }
@@ -49,10 +54,12 @@ int main(int argc, char** argv) {
       spdlog::info("fnvlp-shard options:\n{}", fnvlp::config::dump(fnvlp::config::to_yaml(o)));
     const auto r = fnvlp::data::run_shard_job(comm, o);
     if (comm.is_root())
-      spdlog::info("fnvlp-shard: {} pairs, {} images, {} shards, {} rejected, {:.1f} s, {:.0f} images/s "
-                   "({} ranks) -> {}",
-                   r.num_pairs, r.num_images, r.num_shards, r.rejects, r.seconds,
-                   r.images_decoded / r.seconds, comm.size(), o.out);
+      spdlog::info(
+          "fnvlp-shard: {} pairs, {} images, {} shards, {} rejected, {:.1f} s, {:.0f} images/s "
+          "({} ranks) -> {}",
+          r.num_pairs, r.num_images, r.num_shards, r.rejects, r.seconds,
+          r.images_decoded / r.seconds, comm.size(), o.out);
+    if (comm.is_root()) spdlog::info("fnvlp-shard: phases on rank 0: {}", r.phases);
     return 0;
   });
 }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark: images/s of fnvlp-shard (1 and 2 ranks) against tests/bench/reference_shard.py
-# (Python, Debian's python3-pil + python3-h5py) on the same input, side by side in one run,
+# (Python, Debian's python3-pil + python3-h5py) on the same input, side by side in one run
+# (fnvlp at 1 rank, 1 rank with 2 helper threads, and 2 ranks; OpenMPI binds a lone rank to one
+# core, so the threaded run needs --bind-to none),
 # alternating the contenders over several rounds so machine noise hits them alike.
 # Usage: tests/bench/bench_shard.sh [BUILD_DIR] [IMAGE_SIZE] [ROUNDS]
 set -euo pipefail
@@ -28,13 +30,14 @@ run() {  # run NAME CMD... -> seconds on stdout
 }
 
 declare -A best
-for name in python fnvlp_np1 fnvlp_np2; do best[$name]=1000000000; done
+for name in python fnvlp_np1 fnvlp_np1_t2 fnvlp_np2; do best[$name]=1000000000; done
 for r in $(seq 1 "$rounds"); do
-  for name in python fnvlp_np1 fnvlp_np2; do
+  for name in python fnvlp_np1 fnvlp_np1_t2 fnvlp_np2; do
     rm -rf "$work/out"
     case $name in
       python) t=$(run /usr/bin/python3 "$root/tests/bench/reference_shard.py" "${common[@]}" --out "$work/out") ;;
       fnvlp_np1) t=$(run mpirun --oversubscribe -np 1 "$build/data_prep/fnvlp-shard" "${common[@]}" --out "$work/out") ;;
+      fnvlp_np1_t2) t=$(run mpirun --oversubscribe --bind-to none -np 1 "$build/data_prep/fnvlp-shard" "${common[@]}" --threads 2 --out "$work/out") ;;
       fnvlp_np2) t=$(run mpirun --oversubscribe -np 2 "$build/data_prep/fnvlp-shard" "${common[@]}" --out "$work/out") ;;
     esac
     printf 'round %d %-10s %7.2f s  %7.0f images/s\n' "$r" "$name" "$t" "$(echo "$images / $t" | bc -l)"
@@ -43,7 +46,7 @@ for r in $(seq 1 "$rounds"); do
 done
 echo
 echo "Flickr8k-128 train split: $images images, 30455 captions, image size $size, best of $rounds rounds"
-for name in python fnvlp_np1 fnvlp_np2; do
+for name in python fnvlp_np1 fnvlp_np1_t2 fnvlp_np2; do
   printf '%-10s %7.2f s  %7.0f images/s  %5.2fx python\n' "$name" "${best[$name]}" \
     "$(echo "$images / ${best[$name]}" | bc -l)" "$(echo "${best[python]} / ${best[$name]}" | bc -l)"
 done

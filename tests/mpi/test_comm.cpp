@@ -93,7 +93,8 @@ TEST(Comm, OneRanksFailureReachesEveryRankWithoutHanging) {
     FAIL() << "no error on rank " << comm.rank();
   } catch (const fnvlp::CollectiveError& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("rank " + std::to_string(bad) + ": disk full on this rank"), std::string::npos)
+    EXPECT_NE(what.find("rank " + std::to_string(bad) + ": disk full on this rank"),
+              std::string::npos)
         << what;
   }
   EXPECT_TRUE(comm.all_ok(true));

@@ -45,12 +45,15 @@ std::map<int64_t, PairContent> read_content(const std::string& dir) {
     for (size_t i = 0; i < p.size(); ++i) {
       PairContent c;
       const auto L = static_cast<size_t>(m.max_len);
-      c.tokens.assign(p.tokens.begin() + static_cast<long>(i * L),
-                      p.tokens.begin() + static_cast<long>(i * L + static_cast<size_t>(p.lengths[i])));
+      c.tokens.assign(
+          p.tokens.begin() + static_cast<long>(i * L),
+          p.tokens.begin() + static_cast<long>(i * L + static_cast<size_t>(p.lengths[i])));
       c.image_id = p.image_id[i];
       c.label = p.label[i];
-      c.image_sha = sha256_hex(pixels.data() + static_cast<size_t>(p.pair_image[i]) * image_bytes, image_bytes);
-      EXPECT_TRUE(out.emplace(p.pair_id[i], c).second) << "pair_id " << p.pair_id[i] << " twice in " << dir;
+      c.image_sha = sha256_hex(pixels.data() + static_cast<size_t>(p.pair_image[i]) * image_bytes,
+                               image_bytes);
+      EXPECT_TRUE(out.emplace(p.pair_id[i], c).second)
+          << "pair_id " << p.pair_id[i] << " twice in " << dir;
     }
   }
   return out;

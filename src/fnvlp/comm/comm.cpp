@@ -68,7 +68,9 @@ void Comm::collective(const std::function<void()>& fn) const {
   int failed = 0;
   for (int r = 0; r < size_; ++r) {
     if (errors[static_cast<size_t>(r)].empty()) continue;
-    if (++failed <= 4) combined += (combined.empty() ? "" : "\n") + ("rank " + std::to_string(r) + ": " + errors[static_cast<size_t>(r)]);
+    if (++failed <= 4)
+      combined += (combined.empty() ? "" : "\n") +
+                  ("rank " + std::to_string(r) + ": " + errors[static_cast<size_t>(r)]);
   }
   if (failed > 4) combined += "\n(and " + std::to_string(failed - 4) + " more ranks)";
   if (failed > 0) throw CollectiveError(combined);
@@ -106,8 +108,8 @@ std::vector<int> Comm::displacements(const std::vector<int>& counts) {
     displs[i] = static_cast<int>(total);
     total += counts[i];
   }
-  FNVLP_CHECK(total <= std::numeric_limits<int>::max(), "collective of " << total
-                                                                         << " elements exceeds MPI's int displacements");
+  FNVLP_CHECK(total <= std::numeric_limits<int>::max(),
+              "collective of " << total << " elements exceeds MPI's int displacements");
   if (displs.empty()) displs.push_back(0);
   return displs;
 }

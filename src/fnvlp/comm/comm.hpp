@@ -16,16 +16,26 @@ namespace fnvlp {
 namespace detail {
 template <typename T>
 MPI_Datatype mpi_type() {
-  if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
-  else if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
-  else if constexpr (std::is_same_v<T, int32_t>) return MPI_INT32_T;
-  else if constexpr (std::is_same_v<T, int64_t>) return MPI_INT64_T;
-  else if constexpr (std::is_same_v<T, uint64_t>) return MPI_UINT64_T;
-  else if constexpr (std::is_same_v<T, uint32_t>) return MPI_UINT32_T;
-  else if constexpr (std::is_same_v<T, int16_t>) return MPI_INT16_T;
-  else if constexpr (std::is_same_v<T, uint8_t>) return MPI_UINT8_T;
-  else if constexpr (std::is_same_v<T, char>) return MPI_CHAR;
-  else static_assert(sizeof(T) == 0, "no MPI datatype for this type");
+  if constexpr (std::is_same_v<T, double>)
+    return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<T, float>)
+    return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return MPI_INT32_T;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return MPI_INT64_T;
+  else if constexpr (std::is_same_v<T, uint64_t>)
+    return MPI_UINT64_T;
+  else if constexpr (std::is_same_v<T, uint32_t>)
+    return MPI_UINT32_T;
+  else if constexpr (std::is_same_v<T, int16_t>)
+    return MPI_INT16_T;
+  else if constexpr (std::is_same_v<T, uint8_t>)
+    return MPI_UINT8_T;
+  else if constexpr (std::is_same_v<T, char>)
+    return MPI_CHAR;
+  else
+    static_assert(sizeof(T) == 0, "no MPI datatype for this type");
 }
 }  // namespace detail
 
@@ -65,21 +75,36 @@ class Comm {
 
   template <typename T>
   void allreduce(T* data, size_t n, MPI_Op op) const {
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), detail::mpi_type<T>(), op,
-                            comm_));
+    MPI_CHECK(
+        MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), detail::mpi_type<T>(), op, comm_));
   }
   template <typename T>
-  T allreduce_sum(T v) const { allreduce(&v, 1, MPI_SUM); return v; }
+  T allreduce_sum(T v) const {
+    allreduce(&v, 1, MPI_SUM);
+    return v;
+  }
   template <typename T>
-  T allreduce_max(T v) const { allreduce(&v, 1, MPI_MAX); return v; }
+  T allreduce_max(T v) const {
+    allreduce(&v, 1, MPI_MAX);
+    return v;
+  }
   template <typename T>
-  T allreduce_min(T v) const { allreduce(&v, 1, MPI_MIN); return v; }
+  T allreduce_min(T v) const {
+    allreduce(&v, 1, MPI_MIN);
+    return v;
+  }
   template <typename T>
-  void allreduce_sum(std::vector<T>& v) const { allreduce(v.data(), v.size(), MPI_SUM); }
+  void allreduce_sum(std::vector<T>& v) const {
+    allreduce(v.data(), v.size(), MPI_SUM);
+  }
   template <typename T>
-  void allreduce_max(std::vector<T>& v) const { allreduce(v.data(), v.size(), MPI_MAX); }
+  void allreduce_max(std::vector<T>& v) const {
+    allreduce(v.data(), v.size(), MPI_MAX);
+  }
   template <typename T>
-  void allreduce_min(std::vector<T>& v) const { allreduce(v.data(), v.size(), MPI_MIN); }
+  void allreduce_min(std::vector<T>& v) const {
+    allreduce(v.data(), v.size(), MPI_MIN);
+  }
   // Mean over ranks; the sum is taken in the element type, then divided.
   template <typename T>
   void allreduce_mean(std::vector<T>& v) const {
@@ -100,8 +125,8 @@ class Comm {
   template <typename T>
   std::vector<T> allgather(const T& v) const {
     std::vector<T> out(static_cast<size_t>(size_));
-    MPI_CHECK(MPI_Allgather(&v, 1, detail::mpi_type<T>(), out.data(), 1, detail::mpi_type<T>(),
-                            comm_));
+    MPI_CHECK(
+        MPI_Allgather(&v, 1, detail::mpi_type<T>(), out.data(), 1, detail::mpi_type<T>(), comm_));
     return out;
   }
   // Concatenation of every rank's vector, in rank order.
@@ -119,7 +144,8 @@ class Comm {
   template <typename T>
   std::vector<T> alltoallv(const std::vector<T>& send, const std::vector<int>& send_counts,
                            std::vector<int>* recv_counts_out = nullptr) const {
-    FNVLP_CHECK(static_cast<int>(send_counts.size()) == size_, "alltoallv needs one count per rank");
+    FNVLP_CHECK(static_cast<int>(send_counts.size()) == size_,
+                "alltoallv needs one count per rank");
     std::vector<int> recv_counts(static_cast<size_t>(size_));
     MPI_CHECK(MPI_Alltoall(send_counts.data(), 1, MPI_INT, recv_counts.data(), 1, MPI_INT, comm_));
     std::vector<int> sdispl = displacements(send_counts), rdispl = displacements(recv_counts);

@@ -44,14 +44,14 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
   std::vector<YAML::Node> chain{root};
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     YAML::Node cur = chain.back();
-    FNVLP_CHECK(cur.IsMap() || cur.IsNull(), "--set '" << assignment << "': '" << parts[i]
-                                                       << "' is not a mapping");
+    FNVLP_CHECK(cur.IsMap() || cur.IsNull(),
+                "--set '" << assignment << "': '" << parts[i] << "' is not a mapping");
     if (!cur[parts[i]]) cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
     chain.push_back(cur[parts[i]]);
   }
   YAML::Node leaf = chain.back();
-  FNVLP_CHECK(leaf.IsMap() || leaf.IsNull(), "--set '" << assignment << "': parent of '"
-                                                       << parts.back() << "' is not a mapping");
+  FNVLP_CHECK(leaf.IsMap() || leaf.IsNull(),
+              "--set '" << assignment << "': parent of '" << parts.back() << "' is not a mapping");
   leaf[parts.back()] = value;
 }
 

@@ -66,11 +66,16 @@ class Reader {
  private:
   template <typename T>
   static const char* type_name() {
-    if constexpr (std::is_same_v<T, bool>) return "boolean";
-    else if constexpr (std::is_integral_v<T>) return "integer";
-    else if constexpr (std::is_floating_point_v<T>) return "number";
-    else if constexpr (std::is_same_v<T, std::string>) return "string";
-    else return "value of the expected type";
+    if constexpr (std::is_same_v<T, bool>)
+      return "boolean";
+    else if constexpr (std::is_integral_v<T>)
+      return "integer";
+    else if constexpr (std::is_floating_point_v<T>)
+      return "number";
+    else if constexpr (std::is_same_v<T, std::string>)
+      return "string";
+    else
+      return "value of the expected type";
   }
   std::string display_path() const { return path_.empty() ? "<root>" : path_; }
 

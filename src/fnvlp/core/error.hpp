@@ -29,42 +29,42 @@ std::string h5_error_stack();
 }  // namespace fnvlp
 
 // FNVLP_CHECK(cond, a << b ...): throws fnvlp::Error naming the failed condition and file:line.
-#define FNVLP_CHECK(cond, msg)                                                               \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      std::ostringstream fnvlp_os_;                                                          \
-      fnvlp_os_ << msg << " [check failed: " #cond "]";                                      \
-      ::fnvlp::detail::throw_error(__FILE__, __LINE__, fnvlp_os_.str());                    \
-    }                                                                                        \
+#define FNVLP_CHECK(cond, msg)                                           \
+  do {                                                                   \
+    if (!(cond)) {                                                       \
+      std::ostringstream fnvlp_os_;                                      \
+      fnvlp_os_ << msg << " [check failed: " #cond "]";                  \
+      ::fnvlp::detail::throw_error(__FILE__, __LINE__, fnvlp_os_.str()); \
+    }                                                                    \
   } while (0)
 
-#define FNVLP_FAIL(msg)                                                                      \
-  do {                                                                                       \
-    std::ostringstream fnvlp_os_;                                                            \
-    fnvlp_os_ << msg;                                                                        \
-    ::fnvlp::detail::throw_error(__FILE__, __LINE__, fnvlp_os_.str());                      \
+#define FNVLP_FAIL(msg)                                                \
+  do {                                                                 \
+    std::ostringstream fnvlp_os_;                                      \
+    fnvlp_os_ << msg;                                                  \
+    ::fnvlp::detail::throw_error(__FILE__, __LINE__, fnvlp_os_.str()); \
   } while (0)
 
 // MPI_CHECK(MPI_Xxx(...)): Comm sets MPI_ERRORS_RETURN, so a failed call becomes an exception.
-#define MPI_CHECK(call)                                                                      \
-  do {                                                                                       \
-    int fnvlp_rc_ = (call);                                                                  \
-    if (fnvlp_rc_ != 0 /* MPI_SUCCESS */) {                                                  \
-      ::fnvlp::detail::throw_error(__FILE__, __LINE__,                                      \
-                                   std::string(#call " failed: ") +                         \
-                                       ::fnvlp::detail::mpi_error_string(fnvlp_rc_));       \
-    }                                                                                        \
+#define MPI_CHECK(call)                                                                   \
+  do {                                                                                    \
+    int fnvlp_rc_ = (call);                                                               \
+    if (fnvlp_rc_ != 0 /* MPI_SUCCESS */) {                                               \
+      ::fnvlp::detail::throw_error(                                                       \
+          __FILE__, __LINE__,                                                             \
+          std::string(#call " failed: ") + ::fnvlp::detail::mpi_error_string(fnvlp_rc_)); \
+    }                                                                                     \
   } while (0)
 
 // H5_CHECK(H5Xxx(...), context): every HDF5 return is checked; a negative id or status throws
 // with the caller's context (file and dataset) and the top of HDF5's own error stack.
-#define H5_CHECK(call, context)                                                              \
-  ([&]() {                                                                                   \
-    auto fnvlp_h5_rc_ = (call);                                                              \
-    if (fnvlp_h5_rc_ < 0) {                                                                  \
-      std::ostringstream fnvlp_os_;                                                          \
-      fnvlp_os_ << context << ": " #call " failed" << ::fnvlp::detail::h5_error_stack();     \
-      ::fnvlp::detail::throw_error(__FILE__, __LINE__, fnvlp_os_.str());                    \
-    }                                                                                        \
-    return fnvlp_h5_rc_;                                                                     \
+#define H5_CHECK(call, context)                                                          \
+  ([&]() {                                                                               \
+    auto fnvlp_h5_rc_ = (call);                                                          \
+    if (fnvlp_h5_rc_ < 0) {                                                              \
+      std::ostringstream fnvlp_os_;                                                      \
+      fnvlp_os_ << context << ": " #call " failed" << ::fnvlp::detail::h5_error_stack(); \
+      ::fnvlp::detail::throw_error(__FILE__, __LINE__, fnvlp_os_.str());                 \
+    }                                                                                    \
+    return fnvlp_h5_rc_;                                                                 \
   }())

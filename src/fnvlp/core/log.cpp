@@ -23,7 +23,8 @@ void init(int rank, int size, const std::string& log_dir, const std::string& lev
   if (!log_dir.empty()) {
     std::filesystem::create_directories(log_dir);
     auto path = std::filesystem::path(log_dir) / ("rank-" + std::to_string(rank) + ".log");
-    auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path.string(), /*truncate=*/false);
+    auto file =
+        std::make_shared<spdlog::sinks::basic_file_sink_mt>(path.string(), /*truncate=*/false);
     file->set_level(lvl);
     file->set_pattern("%Y-%m-%dT%H:%M:%S.%e [%l] %v");
     sinks.push_back(file);

@@ -9,6 +9,11 @@ void quiet() {
   std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
 }
 
+std::mutex& global_mutex() {
+  static std::mutex m;
+  return m;
+}
+
 void Handle::close(const std::string& context) {
   if (id_ < 0) return;
   const hid_t id = std::exchange(id_, H5I_INVALID_HID);
@@ -27,9 +32,10 @@ Handle create_file(const std::string& path) {
 
 Handle open_file(const std::string& path, bool writable) {
   quiet();
-  return Handle(H5_CHECK(H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT),
-                         "cannot open HDF5 file '" << path << "'"),
-                H5Fclose);
+  return Handle(
+      H5_CHECK(H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT),
+               "cannot open HDF5 file '" << path << "'"),
+      H5Fclose);
 }
 
 Handle open_dataset(hid_t loc, const std::string& name, const std::string& file) {
@@ -43,9 +49,10 @@ bool exists(hid_t loc, const std::string& name) {
 
 void write_attr_int(hid_t obj, const std::string& name, int64_t value) {
   Handle space(H5_CHECK(H5Screate(H5S_SCALAR), name), H5Sclose);
-  Handle attr(H5_CHECK(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT),
-                       "attribute " << name),
-              H5Aclose);
+  Handle attr(
+      H5_CHECK(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT),
+               "attribute " << name),
+      H5Aclose);
   H5_CHECK(H5Awrite(attr, H5T_NATIVE_INT64, &value), "attribute " << name);
 }
 
@@ -62,7 +69,8 @@ void write_attr_string(hid_t obj, const std::string& name, const std::string& va
 }
 
 int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& context) {
-  FNVLP_CHECK(H5Aexists(obj, name.c_str()) > 0, context << ": attribute '" << name << "' is missing");
+  FNVLP_CHECK(H5Aexists(obj, name.c_str()) > 0,
+              context << ": attribute '" << name << "' is missing");
   Handle attr(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT), context << ": attribute " << name),
               H5Aclose);
   Handle type(H5_CHECK(H5Aget_type(attr), context << ": attribute " << name), H5Tclose);
@@ -74,7 +82,8 @@ int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& con
 }
 
 std::string read_attr_string(hid_t obj, const std::string& name, const std::string& context) {
-  FNVLP_CHECK(H5Aexists(obj, name.c_str()) > 0, context << ": attribute '" << name << "' is missing");
+  FNVLP_CHECK(H5Aexists(obj, name.c_str()) > 0,
+              context << ": attribute '" << name << "' is missing");
   Handle attr(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT), context << ": attribute " << name),
               H5Aclose);
   Handle type(H5_CHECK(H5Aget_type(attr), context << ": attribute " << name), H5Tclose);
@@ -98,7 +107,8 @@ std::vector<hsize_t> dims(hid_t dataset, const std::string& context) {
 Handle create_dataset(hid_t loc, const std::string& name, hid_t type, const DatasetSpec& spec,
                       const std::string& file) {
   const std::string ctx = file + ":/" + name;
-  FNVLP_CHECK(spec.chunk.size() == spec.dims.size() && !spec.dims.empty(), ctx << ": bad chunk rank");
+  FNVLP_CHECK(spec.chunk.size() == spec.dims.size() && !spec.dims.empty(),
+              ctx << ": bad chunk rank");
   std::vector<hsize_t> maxdims = spec.dims;
   if (spec.extendible) maxdims[0] = H5S_UNLIMITED;
   // A zero-row dataset still needs a positive chunk shape.
@@ -131,8 +141,9 @@ Handle select_rows(hid_t dataset, hsize_t row, hsize_t n_rows, std::vector<hsize
   start[0] = row;
   *count = shape;
   (*count)[0] = n_rows;
-  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, count->data(), nullptr),
-           context);
+  H5_CHECK(
+      H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, count->data(), nullptr),
+      context);
   return fspace;
 }
 }  // namespace
@@ -147,8 +158,9 @@ void write_rows(hid_t dataset, hid_t mem_type, const void* data, hsize_t row, hs
   }
   std::vector<hsize_t> count;
   Handle fspace = select_rows(dataset, row, n_rows, &count, context);
-  Handle mspace(H5_CHECK(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), context),
-                H5Sclose);
+  Handle mspace(
+      H5_CHECK(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), context),
+      H5Sclose);
   H5_CHECK(H5Dwrite(dataset, mem_type, mspace, fspace, H5P_DEFAULT, data), context << ": write");
 }
 
@@ -157,8 +169,9 @@ void read_rows(hid_t dataset, hid_t mem_type, void* out, hsize_t row, hsize_t n_
   if (n_rows == 0) return;
   std::vector<hsize_t> count;
   Handle fspace = select_rows(dataset, row, n_rows, &count, context);
-  Handle mspace(H5_CHECK(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), context),
-                H5Sclose);
+  Handle mspace(
+      H5_CHECK(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), context),
+      H5Sclose);
   H5_CHECK(H5Dread(dataset, mem_type, mspace, fspace, H5P_DEFAULT, out), context << ": read");
 }
 

@@ -4,6 +4,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -15,6 +16,10 @@ namespace fnvlp::h5 {
 
 // Turns off HDF5's automatic error printing (errors arrive as exceptions instead). Idempotent.
 void quiet();
+
+// Debian's HDF5 is not built thread-safe: every HDF5 call made off the main thread (the data
+// prefetch thread, for one) and every call that may overlap with one holds this lock.
+std::mutex& global_mutex();
 
 class Handle {
  public:
@@ -48,13 +53,20 @@ class Handle {
 
 template <typename T>
 hid_t native_type() {
-  if constexpr (std::is_same_v<T, uint8_t>) return H5T_NATIVE_UINT8;
-  else if constexpr (std::is_same_v<T, int16_t>) return H5T_NATIVE_INT16;
-  else if constexpr (std::is_same_v<T, int32_t>) return H5T_NATIVE_INT32;
-  else if constexpr (std::is_same_v<T, int64_t>) return H5T_NATIVE_INT64;
-  else if constexpr (std::is_same_v<T, float>) return H5T_NATIVE_FLOAT;
-  else if constexpr (std::is_same_v<T, double>) return H5T_NATIVE_DOUBLE;
-  else static_assert(sizeof(T) == 0, "no HDF5 type for this C++ type");
+  if constexpr (std::is_same_v<T, uint8_t>)
+    return H5T_NATIVE_UINT8;
+  else if constexpr (std::is_same_v<T, int16_t>)
+    return H5T_NATIVE_INT16;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return H5T_NATIVE_INT32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return H5T_NATIVE_INT64;
+  else if constexpr (std::is_same_v<T, float>)
+    return H5T_NATIVE_FLOAT;
+  else if constexpr (std::is_same_v<T, double>)
+    return H5T_NATIVE_DOUBLE;
+  else
+    static_assert(sizeof(T) == 0, "no HDF5 type for this C++ type");
 }
 
 // Files are created without object modification times, so the same content gives the same bytes
@@ -73,8 +85,8 @@ std::vector<hsize_t> dims(hid_t dataset, const std::string& context);
 
 struct DatasetSpec {
   std::vector<hsize_t> dims;
-  std::vector<hsize_t> chunk;      // required: every fnvlp dataset is chunked
-  bool extendible = false;         // unlimited first dimension (append_rows)
+  std::vector<hsize_t> chunk;  // required: every fnvlp dataset is chunked
+  bool extendible = false;     // unlimited first dimension (append_rows)
   bool fletcher32 = true;
 };
 Handle create_dataset(hid_t loc, const std::string& name, hid_t type, const DatasetSpec& spec,

@@ -1,7 +1,8 @@
 #include "fnvlp/data/ingest.hpp"
 
-#include <filesystem>
-#include <fstream>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -10,7 +11,6 @@
 
 namespace fnvlp::data {
 
-namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 InputFormat parse_input_format(const std::string& name) {
@@ -35,12 +35,15 @@ Reject Reject::from_json_line(const std::string& line) {
 namespace {
 
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  FNVLP_CHECK(in.good(), "cannot open input file '" << path << "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  FNVLP_CHECK(!in.bad(), "read error on input file '" << path << "'");
-  return ss.str();
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  FNVLP_CHECK(f, "cannot open input file '" << path << "': " << std::strerror(errno));
+  std::string text;
+  char buf[1 << 16];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
+  const bool failed = std::ferror(f);
+  std::fclose(f);
+  FNVLP_CHECK(!failed, "read error on input file '" << path << "'");
+  return text;
 }
 
 size_t skip_ws(const std::string& s, size_t pos) {
@@ -105,11 +108,18 @@ std::vector<std::pair<std::string, Span>> json_object_members(const std::string&
   }
 }
 
-std::string stem_of(const std::string& path) { return fs::path(path).stem().string(); }
+// Plain string operations: std::filesystem::path costs more than the JSON parse per record.
+std::string stem_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const size_t begin = slash == std::string::npos ? 0 : slash + 1;
+  const size_t dot = path.find_last_of('.');
+  const size_t end = (dot == std::string::npos || dot <= begin) ? path.size() : dot;
+  return path.substr(begin, end - begin);
+}
 
 std::string join_root(const std::string& root, const std::string& rel) {
-  if (root.empty() || fs::path(rel).is_absolute()) return rel;
-  return (fs::path(root) / rel).string();
+  if (root.empty() || (!rel.empty() && rel[0] == '/')) return rel;
+  return root.back() == '/' ? root + rel : root + "/" + rel;
 }
 
 std::string id_string(const json& v) {
@@ -132,7 +142,8 @@ class Collector {
     ++result.filtered_by_split;
     return false;
   }
-  void add(int64_t record, const std::string& image_rel, const std::string& caption, int32_t label) {
+  void add(int64_t record, const std::string& image_rel, const std::string& caption,
+           int32_t label) {
     result.records.push_back({record, join_root(root_, image_rel), caption, label});
   }
 
@@ -171,7 +182,8 @@ void read_albef(const std::string& text, Collector& c, const std::string& file) 
       if (!j->is_object()) throw std::invalid_argument("record is not a JSON object");
       const auto image = j->at("image").get<std::string>();
       if (image.empty()) throw std::invalid_argument("'image' is empty");
-      const std::string image_id = j->contains("image_id") ? id_string(j->at("image_id")) : stem_of(image);
+      const std::string image_id =
+          j->contains("image_id") ? id_string(j->at("image_id")) : stem_of(image);
       const int32_t label = j->contains("label") ? j->at("label").get<int32_t>() : -1;
       const json& cap = j->at("caption");
       std::vector<std::string> captions;
@@ -194,7 +206,8 @@ void read_coco(const std::string& text, Collector& c, const std::string& file) {
     if (key == "images") images = span;
     if (key == "annotations") annotations = span;
   }
-  FNVLP_CHECK(images && annotations, file << ": a COCO captions file needs 'images' and 'annotations'");
+  FNVLP_CHECK(images && annotations,
+              file << ": a COCO captions file needs 'images' and 'annotations'");
   // The image table is small and needed whole: a broken entry there is a file-level error.
   std::unordered_map<int64_t, std::string> file_names;
   const auto image_spans = json_array_elements(text, images->begin, file);
@@ -281,9 +294,15 @@ IngestResult read_input(const std::string& path, InputFormat format, const std::
   const std::string text = read_file(path);
   Collector c(path, image_root, split_ids);
   switch (format) {
-    case InputFormat::kAlbef: read_albef(text, c, path); break;
-    case InputFormat::kCoco: read_coco(text, c, path); break;
-    case InputFormat::kFlickrToken: read_flickr_token(text, c); break;
+    case InputFormat::kAlbef:
+      read_albef(text, c, path);
+      break;
+    case InputFormat::kCoco:
+      read_coco(text, c, path);
+      break;
+    case InputFormat::kFlickrToken:
+      read_flickr_token(text, c);
+      break;
   }
   return std::move(c.result);
 }

@@ -30,7 +30,8 @@ struct Reject {
 };
 
 namespace reject_reason {
-inline constexpr const char* kMalformed = "malformed_record";  // not JSON, or fields missing/mistyped
+inline constexpr const char* kMalformed =
+    "malformed_record";  // not JSON, or fields missing/mistyped
 inline constexpr const char* kInvalidUtf8 = "invalid_utf8";
 inline constexpr const char* kEmptyCaption = "empty_caption";  // nothing left after tokenization
 }  // namespace reject_reason
@@ -39,8 +40,8 @@ struct IngestResult {
   std::vector<InputRecord> records;  // accepted so far, in input order (several per record when a
                                      // record holds a list of captions)
   std::vector<Reject> rejects;
-  int64_t total_records = 0;         // records seen (before the split filter)
-  int64_t filtered_by_split = 0;     // records skipped because their image is not in the split
+  int64_t total_records = 0;      // records seen (before the split filter)
+  int64_t filtered_by_split = 0;  // records skipped because their image is not in the split
 };
 
 // `split_ids`: when set, keeps only records whose image id is in it. Image ids are the `image_id`

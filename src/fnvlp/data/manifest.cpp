@@ -41,9 +41,9 @@ Manifest Manifest::from_json(const json& j, const std::string& context) {
   Manifest m;
   try {
     m.schema = j.at("fnvlp_manifest_schema").get<int64_t>();
-    FNVLP_CHECK(m.schema == kManifestSchemaVersion,
-                context << ": manifest schema " << m.schema << ", this build reads "
-                        << kManifestSchemaVersion);
+    FNVLP_CHECK(m.schema == kManifestSchemaVersion, context << ": manifest schema " << m.schema
+                                                            << ", this build reads "
+                                                            << kManifestSchemaVersion);
     const int64_t shard_schema = j.at("shard_schema").get<int64_t>();
     FNVLP_CHECK(shard_schema == kShardSchemaVersion, context << ": shard schema " << shard_schema
                                                              << ", this build reads "
@@ -109,9 +109,11 @@ void verify_shard(const std::string& dir, const Manifest& m, const ManifestShard
   if (!fs::exists(path)) return problem("missing");
   const auto bytes = static_cast<int64_t>(fs::file_size(path));
   if (bytes != entry.bytes)
-    problem("size " + std::to_string(bytes) + " bytes, manifest says " + std::to_string(entry.bytes));
+    problem("size " + std::to_string(bytes) + " bytes, manifest says " +
+            std::to_string(entry.bytes));
   const std::string sha = sha256_file(path);
-  if (sha != entry.sha256) problem("sha256 " + sha + " does not match the manifest's " + entry.sha256);
+  if (sha != entry.sha256)
+    problem("sha256 " + sha + " does not match the manifest's " + entry.sha256);
   report.bytes_read += bytes;
   try {
     ShardReader reader(path);
@@ -207,7 +209,8 @@ VerifyReport verify_dataset(const std::string& dir, int part, int parts) {
   if (next != m.num_pairs)
     report.problems.push_back(mpath + ": shards hold " + std::to_string(next) +
                               " pairs, manifest num_pairs is " + std::to_string(m.num_pairs));
-  FNVLP_CHECK(parts >= 1 && part >= 0 && part < parts, "bad verify partition " << part << "/" << parts);
+  FNVLP_CHECK(parts >= 1 && part >= 0 && part < parts,
+              "bad verify partition " << part << "/" << parts);
   for (size_t i = static_cast<size_t>(part); i < m.shards.size(); i += static_cast<size_t>(parts))
     verify_shard(dir, m, m.shards[i], report);
   if (parts == 1) check_image_coverage(report.image_id_seen, report);

@@ -17,7 +17,7 @@ struct ManifestShard {
   std::string file;           // relative to the dataset directory
   int64_t first_pair_id = 0;  // pairs [first_pair_id, first_pair_id + num_pairs)
   int64_t num_pairs = 0;
-  int64_t num_images = 0;     // image rows stored in this shard
+  int64_t num_images = 0;  // image rows stored in this shard
   int64_t bytes = 0;
   std::string sha256;
 };
@@ -42,8 +42,8 @@ struct Manifest {
 
   nlohmann::json to_json() const;
   static Manifest from_json(const nlohmann::json& j, const std::string& context);
-  static Manifest load(const std::string& dir);     // throws naming the file on any fault
-  void save(const std::string& dir) const;          // temp file + rename
+  static Manifest load(const std::string& dir);  // throws naming the file on any fault
+  void save(const std::string& dir) const;       // temp file + rename
 };
 
 // Result of checking a dataset directory: every problem found (not only the first), each naming

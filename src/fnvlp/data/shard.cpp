@@ -27,9 +27,9 @@ ShardWriter::ShardWriter(const std::string& path, const ShardHeader& header, int
               "image chunk must hold 1..64 images, got " << image_chunk);
   file_ = h5::create_file(path);
   const hsize_t s = static_cast<hsize_t>(header.image_size);
-  images_ = h5::create_dataset(file_, shard_ds::kImages, H5T_STD_U8LE,
-                               {{0, s, s, 3}, {static_cast<hsize_t>(image_chunk), s, s, 3}, true, true},
-                               path);
+  images_ = h5::create_dataset(
+      file_, shard_ds::kImages, H5T_STD_U8LE,
+      {{0, s, s, 3}, {static_cast<hsize_t>(image_chunk), s, s, 3}, true, true}, path);
 }
 
 int64_t ShardWriter::append_images(const uint8_t* rgb, int64_t n) {
@@ -47,8 +47,8 @@ void ShardWriter::write_pairs(const PairColumns& p) {
                   p.tokens.size() == un * static_cast<size_t>(header_.max_len),
               path_ << ": inconsistent pair columns");
   for (int64_t row : p.pair_image)
-    FNVLP_CHECK(row >= 0 && row < num_images_, path_ << ": pair_image " << row << " outside "
-                                                     << num_images_ << " images");
+    FNVLP_CHECK(row >= 0 && row < num_images_,
+                path_ << ": pair_image " << row << " outside " << num_images_ << " images");
   const hsize_t hn = static_cast<hsize_t>(n);
   const hsize_t chunk = std::min<hsize_t>(std::max<hsize_t>(hn, 1), 65536);
   const hsize_t tok_chunk = std::min<hsize_t>(std::max<hsize_t>(hn, 1), 4096);

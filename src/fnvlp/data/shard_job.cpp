@@ -15,6 +15,7 @@
 #include "fnvlp/core/error.hpp"
 #include "fnvlp/core/parallel.hpp"
 #include "fnvlp/core/sha256.hpp"
+#include "fnvlp/core/timer.hpp"
 #include "fnvlp/data/image.hpp"
 #include "fnvlp/data/ingest.hpp"
 #include "fnvlp/data/manifest.hpp"
@@ -63,7 +64,8 @@ std::string final_name(size_t shard_index) {
 
 bool is_fnvlp_output(const std::string& name) {
   return name == kManifestName || name == kRejectsName ||
-         (name.rfind("shard-", 0) == 0 && name.size() > 3 && name.substr(name.size() - 3) == ".h5") ||
+         (name.rfind("shard-", 0) == 0 && name.size() > 3 &&
+          name.substr(name.size() - 3) == ".h5") ||
          (name.rfind(".shard-", 0) == 0 && name.find(".tmp") != std::string::npos) ||
          name == std::string(".") + kManifestName + ".tmp";
 }
@@ -135,9 +137,11 @@ void write_local_shard(const ShardJobOptions& o, const WordPieceTokenizer& tok,
       errors[i].reset();
       try {
         const std::string& path = *todo[b + i];
-        Image img = resize_center_crop(read_image_file(path, static_cast<int>(S)), static_cast<int>(S));
+        Image img =
+            resize_center_crop(read_image_file(path, static_cast<int>(S)), static_cast<int>(S));
         FNVLP_CHECK(img.rgb.size() == image_bytes, path << ": resize produced a wrong size");
-        std::copy(img.rgb.begin(), img.rgb.end(), pixels.begin() + static_cast<long>(i * image_bytes));
+        std::copy(img.rgb.begin(), img.rgb.end(),
+                  pixels.begin() + static_cast<long>(i * image_bytes));
       } catch (const ImageError& err) {
         errors[i] = err;
       }
@@ -187,7 +191,7 @@ void write_local_shard(const ShardJobOptions& o, const WordPieceTokenizer& tok,
 }  // namespace
 
 ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
-  const auto t0 = std::chrono::steady_clock::now();
+  PhaseTimer timer;
   FNVLP_CHECK(!o.input.empty() && !o.vocab.empty() && !o.out.empty(),
               "--input, --vocab and --out are required");
   FNVLP_CHECK(o.image_size >= 8 && o.image_size <= 4096, "--image-size must be in [8, 4096]");
@@ -218,13 +222,15 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
     if (!o.split.empty()) split = read_split_ids(o.split_file, o.split);
     in = read_input(o.input, format, o.image_root, split);
   });
+  timer.mark("read input");
   const auto& entries = in.records;
   const std::vector<Range> plan = plan_shards(entries, static_cast<size_t>(o.shard_size));
   if (comm.is_root())
-    spdlog::info("fnvlp-shard: {} records ({} outside the split, {} rejected while reading), {} "
-                 "captions in {} shards over {} ranks",
-                 in.total_records, in.filtered_by_split, in.rejects.size(), entries.size(),
-                 plan.size(), comm.size());
+    spdlog::info(
+        "fnvlp-shard: {} records ({} outside the split, {} rejected while reading), {} "
+        "captions in {} shards over {} ranks",
+        in.total_records, in.filtered_by_split, in.rejects.size(), entries.size(), plan.size(),
+        comm.size());
 
   LocalWork work;
   auto remove_tmp = [&] {
@@ -243,6 +249,7 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
     }
   });
 
+  timer.mark("decode+write shards");
   // Every rank learns every reject, so all agree on which entries survive and on the global ids.
   std::vector<Reject> rejects = in.rejects;
   std::vector<uint8_t> accepted(entries.size(), 1);
@@ -251,7 +258,8 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
     for (const auto& r : work.rejects) blob += r.to_json_line() + "\n";
     for (const auto& b : comm.allgather_strings(blob)) {
       std::istringstream lines(b);
-      for (std::string line; std::getline(lines, line);) rejects.push_back(Reject::from_json_line(line));
+      for (std::string line; std::getline(lines, line);)
+        rejects.push_back(Reject::from_json_line(line));
     }
     for (int64_t e : comm.allgatherv(work.rejected_entries)) accepted[static_cast<size_t>(e)] = 0;
   }
@@ -295,6 +303,7 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
     throw CollectiveError(msg.str());
   }
 
+  timer.mark("exchange rejects");
   // Global ids: pair_id dense in input order over accepted entries; image_id dense per distinct
   // image in order of its first accepted caption.
   std::vector<int64_t> pair_id(entries.size(), -1), image_id(entries.size(), -1);
@@ -331,8 +340,12 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
         iids.push_back(image_id[e]);
       }
       ShardWriter::add_global_ids(ls.tmp.string(), pids, iids);
-      done[k] = {final_name(static_cast<size_t>(final_index[ls.plan_index])), pids.front(),
-                 static_cast<int64_t>(pids.size()), ls.num_images, 0, ""};
+      done[k] = {final_name(static_cast<size_t>(final_index[ls.plan_index])),
+                 pids.front(),
+                 static_cast<int64_t>(pids.size()),
+                 ls.num_images,
+                 0,
+                 ""};
     }
     parallel_for(work.shards.size(), static_cast<int>(o.threads), [&](size_t k) {
       if (done[k].file.empty()) return;
@@ -344,8 +357,12 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
     json mine = json::array();
     for (const auto& ms : done)
       if (!ms.file.empty())
-        mine.push_back({{"file", ms.file}, {"first", ms.first_pair_id}, {"pairs", ms.num_pairs},
-                        {"images", ms.num_images}, {"bytes", ms.bytes}, {"sha256", ms.sha256}});
+        mine.push_back({{"file", ms.file},
+                        {"first", ms.first_pair_id},
+                        {"pairs", ms.num_pairs},
+                        {"images", ms.num_images},
+                        {"bytes", ms.bytes},
+                        {"sha256", ms.sha256}});
     for (const auto& blob : comm.allgather_strings(mine.dump()))
       for (const auto& j : json::parse(blob))
         shards.push_back({j["file"], j["first"], j["pairs"], j["images"], j["bytes"], j["sha256"]});
@@ -353,6 +370,7 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
   std::sort(shards.begin(), shards.end(),
             [](const auto& a, const auto& b) { return a.first_pair_id < b.first_pair_id; });
 
+  timer.mark("ids+checksums");
   // The manifest is the commit point: written last, by rank 0, after every shard is in place.
   comm.collective([&] {
     write_rejects();
@@ -383,13 +401,15 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
     m.save(o.out);
   });
 
+  timer.mark("manifest");
   ShardJobResult r;
+  r.phases = timer.summary();
   r.num_pairs = next_pair;
   r.num_images = static_cast<int64_t>(image_ids.size());
   r.num_shards = n_final;
   r.rejects = n_rejects;
   r.images_decoded = comm.allreduce_sum(work.images_decoded);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.seconds = timer.total();
   return r;
 }
 

@@ -45,8 +45,10 @@ struct ShardJobResult {
   int64_t num_images = 0;
   int64_t num_shards = 0;
   int64_t rejects = 0;
-  int64_t images_decoded = 0;  // decode calls over all ranks (an image split across shards counts twice)
+  int64_t images_decoded =
+      0;  // decode calls over all ranks (an image split across shards counts twice)
   double seconds = 0;
+  std::string phases;  // rank 0's wall time per phase
 };
 
 // Collective over `comm`. Throws CollectiveError (same message on every rank) when the input is

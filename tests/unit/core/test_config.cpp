@@ -81,10 +81,12 @@ TEST(Config, WrongTypeIsAnErrorNamingKeyAndType) {
 TEST(Config, MalformedOverrideAndFileAreErrors) {
   EXPECT_NE(error_of([] { fnvlp::config::load("", {"no_equals_sign"}); }).find("key=value"),
             std::string::npos);
-  EXPECT_NE(error_of([] { fnvlp::config::load("/nonexistent.yaml", {}); }).find("/nonexistent.yaml"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([] { fnvlp::config::load("/nonexistent.yaml", {}); }).find("/nonexistent.yaml"),
+      std::string::npos);
   const auto bad = write_yaml("a: [1, 2\n");
-  EXPECT_NE(error_of([&] { fnvlp::config::load(bad, {}); }).find("not valid YAML"), std::string::npos);
+  EXPECT_NE(error_of([&] { fnvlp::config::load(bad, {}); }).find("not valid YAML"),
+            std::string::npos);
 }
 
 TEST(Config, DumpRoundTripsTheResolvedConfig) {

@@ -50,7 +50,8 @@ inline data::Manifest write_test_dataset(const std::string& dir, int64_t pairs_p
     std::vector<uint8_t> rgb(static_cast<size_t>(n_images) * bytes);
     const int64_t first_image = pair / 2;
     for (int64_t i = 0; i < n_images; ++i)
-      for (size_t k = 0; k < bytes; ++k) rgb[static_cast<size_t>(i) * bytes + k] = pixel(first_image + i, k);
+      for (size_t k = 0; k < bytes; ++k)
+        rgb[static_cast<size_t>(i) * bytes + k] = pixel(first_image + i, k);
     w.append_images(rgb.data(), n_images);
     data::PairColumns c;
     std::vector<int64_t> pid, iid;

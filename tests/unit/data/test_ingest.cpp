@@ -25,15 +25,16 @@ TEST(Ingest, AlbefRecordsWithBadOnesIsolated) {
   const std::string text =
       "[\n"
       " {\"image\": \"images/a.jpg\", \"caption\": \"A dog.\", \"image_id\": \"a\"},\n"
-      " {\"image\": \"images/b.jpg\", \"caption\": },\n"                           // 1 malformed
-      " {\"image\": \"images/c.jpg\", \"caption\": \"caf\xff\"},\n"                // 2 not UTF-8
-      " {\"image\": \"images/d.jpg\"},\n"                                          // 3 no caption
-      " {\"image\": \"images/e.jpg\", \"caption\": 7},\n"                          // 4 wrong type
-      " [1, 2],\n"                                                                 // 5 not an object
+      " {\"image\": \"images/b.jpg\", \"caption\": },\n"             // 1 malformed
+      " {\"image\": \"images/c.jpg\", \"caption\": \"caf\xff\"},\n"  // 2 not UTF-8
+      " {\"image\": \"images/d.jpg\"},\n"                            // 3 no caption
+      " {\"image\": \"images/e.jpg\", \"caption\": 7},\n"            // 4 wrong type
+      " [1, 2],\n"                                                   // 5 not an object
       " {\"image\": \"images/f.jpg\", \"caption\": [\"one\", \"two\"], \"label\": 3},\n"
       " {\"image\": \"images/g.jpg\", \"caption\": \"a \\\"quoted\\\" } bracket\"}\n"
       "]\n";
-  const auto r = read_input(write_file("albef.json", text), InputFormat::kAlbef, "/root", std::nullopt);
+  const auto r =
+      read_input(write_file("albef.json", text), InputFormat::kAlbef, "/root", std::nullopt);
   EXPECT_EQ(r.total_records, 8);
   ASSERT_EQ(r.records.size(), 4u);
   EXPECT_EQ(r.records[0].image_path, "/root/images/a.jpg");
@@ -52,14 +53,16 @@ TEST(Ingest, AlbefRecordsWithBadOnesIsolated) {
 }
 
 TEST(Ingest, StructuralDamageIsAFileErrorNamingTheFile) {
-  const auto path = write_file("broken.json", "[{\"image\": \"a.jpg\", \"caption\": \"x\"} {\"image\"");
+  const auto path =
+      write_file("broken.json", "[{\"image\": \"a.jpg\", \"caption\": \"x\"} {\"image\"");
   try {
     read_input(path, InputFormat::kAlbef, "", std::nullopt);
     FAIL() << "accepted a broken array";
   } catch (const fnvlp::Error& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
   }
-  EXPECT_THROW(read_input("/nonexistent.json", InputFormat::kAlbef, "", std::nullopt), fnvlp::Error);
+  EXPECT_THROW(read_input("/nonexistent.json", InputFormat::kAlbef, "", std::nullopt),
+               fnvlp::Error);
 }
 
 TEST(Ingest, SplitFilterUsesImageIdOrStem) {
@@ -81,7 +84,8 @@ TEST(Ingest, SplitFilterUsesImageIdOrStem) {
 
 TEST(Ingest, CocoCaptions) {
   const std::string text =
-      "{\"info\": {}, \"images\": [{\"id\": 5, \"file_name\": \"x5.jpg\"}, {\"id\": 9, \"file_name\": "
+      "{\"info\": {}, \"images\": [{\"id\": 5, \"file_name\": \"x5.jpg\"}, {\"id\": 9, "
+      "\"file_name\": "
       "\"x9.jpg\"}], \"annotations\": [{\"image_id\": 9, \"id\": 1, \"caption\": \"nine\"},"
       " {\"image_id\": 4, \"id\": 2, \"caption\": \"unknown image\"},"
       " {\"image_id\": 5, \"id\": 3, \"caption\": \"five\"}]}";

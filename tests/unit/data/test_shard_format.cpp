@@ -20,7 +20,8 @@ std::vector<char> slurp(const std::string& path) {
 }
 
 void spit(const std::string& path, const std::vector<char>& bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 std::string verify_text(const std::string& dir) {
@@ -54,7 +55,8 @@ TEST(ShardFormat, DatasetsAreChunkedWithFletcher32) {
   const auto dir = tmpdir("filters");
   testutil::write_test_dataset(dir);
   h5::Handle f = h5::open_file(dir + "/shard-00000.h5");
-  for (const char* name : {"images", "pair_image", "tokens", "lengths", "pair_id", "image_id", "label"}) {
+  for (const char* name :
+       {"images", "pair_image", "tokens", "lengths", "pair_id", "image_id", "label"}) {
     h5::Handle ds = h5::open_dataset(f, name, "shard");
     h5::Handle dcpl(H5Dget_create_plist(ds), H5Pclose);
     EXPECT_EQ(H5Pget_layout(dcpl), H5D_CHUNKED) << name;
@@ -129,7 +131,8 @@ TEST(Verify, MissingShardManifestMismatchAndTruncation) {
   const auto dir = tmpdir("verify_faults");
   testutil::write_test_dataset(dir);
   fs::remove(dir + "/shard-00001.h5");
-  EXPECT_NE(verify_text(dir).find("shard-00001.h5: missing"), std::string::npos) << verify_text(dir);
+  EXPECT_NE(verify_text(dir).find("shard-00001.h5: missing"), std::string::npos)
+      << verify_text(dir);
 
   testutil::write_test_dataset(dir);
   auto bytes = slurp(dir + "/shard-00000.h5");

@@ -17,15 +17,17 @@ TEST(Environment, SgemmRunsOnAnOptimisedBlas) {
   for (int rep = 0; rep < 5; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
     c = torch::mm(a, b);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   const double gflops = flop / best / 1e9;
   RecordProperty("gflops", std::to_string(gflops));
-  std::printf("1024x256 . 256x4096 fp32 matmul: %.1f GFLOP/s (best of 5, %d intra-op threads)\n", gflops,
-              torch::get_num_threads());
+  std::printf("1024x256 . 256x4096 fp32 matmul: %.1f GFLOP/s (best of 5, %d intra-op threads)\n",
+              gflops, torch::get_num_threads());
   EXPECT_GE(gflops, 20.0) << "libtorch matmul at " << gflops
                           << " GFLOP/s: libtorch is probably on reference BLAS; install "
                              "libopenblas0-pthread (env/install-debian.sh)";
   // The product itself must be right, not only fast.
-  EXPECT_TRUE(torch::allclose(c.index({0, 0}), (a.index({0}) * b.index({torch::indexing::Slice(), 0})).sum(), 1e-3, 1e-3));
+  EXPECT_TRUE(torch::allclose(
+      c.index({0, 0}), (a.index({0}) * b.index({torch::indexing::Slice(), 0})).sum(), 1e-3, 1e-3));
 }

@@ -1,0 +1,37 @@
+#pragma once
+// Wall-clock phase timers for job summaries ("read 0.4 s, decode 1.2 s, ...").
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fnvlp {
+
+class PhaseTimer {
+ public:
+  PhaseTimer() : last_(Clock::now()), start_(last_) {}
+  // Closes the current phase under `name` and starts the next one.
+  void mark(std::string name) {
+    const auto now = Clock::now();
+    phases_.emplace_back(std::move(name), std::chrono::duration<double>(now - last_).count());
+    last_ = now;
+  }
+  double total() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  const std::vector<std::pair<std::string, double>>& phases() const { return phases_; }
+  std::string summary() const {
+    std::string out;
+    char buf[64];
+    for (const auto& [name, s] : phases_) {
+      std::snprintf(buf, sizeof(buf), "%s%s %.2f s", out.empty() ? "" : ", ", name.c_str(), s);
+      out += buf;
+    }
+    return out;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point last_, start_;
+  std::vector<std::pair<std::string, double>> phases_;
+};
+
+}  // namespace fnvlp
