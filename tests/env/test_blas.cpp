@@ -14,7 +14,7 @@ TEST(Environment, SgemmRunsOnAnOptimisedBlas) {
   const double flop = 2.0 * 1024 * 256 * 4096;
   auto c = torch::mm(a, b);  // warm-up: thread pool, page faults
   double best = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
+  for (int rep = 0; rep < 20; ++rep) {  // best of 20: a busy neighbour only slows some
     const auto t0 = std::chrono::steady_clock::now();
     c = torch::mm(a, b);
     best = std::min(best,
@@ -22,7 +22,7 @@ TEST(Environment, SgemmRunsOnAnOptimisedBlas) {
   }
   const double gflops = flop / best / 1e9;
   RecordProperty("gflops", std::to_string(gflops));
-  std::printf("1024x256 . 256x4096 fp32 matmul: %.1f GFLOP/s (best of 5, %d intra-op threads)\n",
+  std::printf("1024x256 . 256x4096 fp32 matmul: %.1f GFLOP/s (best of 20, %d intra-op threads)\n",
               gflops, torch::get_num_threads());
   EXPECT_GE(gflops, 20.0) << "libtorch matmul at " << gflops
                           << " GFLOP/s: libtorch is probably on reference BLAS; install "

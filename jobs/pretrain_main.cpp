@@ -1,0 +1,38 @@
+// fnvlp-pretrain: ALBEF-style pretraining over MPI ranks (DESIGN.md §1-3).
+#include <cxxopts.hpp>
+#include <iostream>
+
+#include "fnvlp/comm/job_main.hpp"
+#include "fnvlp/core/config.hpp"
+#include "fnvlp/train/trainer.hpp"
+
+int main(int argc, char** argv) {
+  return fnvlp::job_main(
+      argc, argv, "fnvlp-pretrain", [](fnvlp::Comm& comm, int argc, char** argv) {
+        std::string config_path;
+        fnvlp::train::PretrainOptions opt;
+        std::vector<std::string> overrides;
+        cxxopts::Options cli("fnvlp-pretrain", "ALBEF-style pretraining (run under srun/mpirun)");
+        // clang-format off
+    cli.add_options()
+      ("config", "YAML config (jobs/configs/*.yaml)", cxxopts::value(config_path))
+      ("data", "sharded dataset directory (fnvlp-shard)", cxxopts::value(opt.data_dir))
+      ("out", "run directory", cxxopts::value(opt.run_dir))
+      ("set", "override a config key: --set train.batch_size=64 (repeatable)",
+       cxxopts::value(overrides))
+      ("resume", "auto (newest committed checkpoint) or a checkpoint directory",
+       cxxopts::value(opt.resume))
+      ("h,help", "show this help");
+        // clang-format on
+        const auto args = cli.parse(argc, argv);
+        if (args.count("help")) {
+          if (comm.is_root()) std::cout << cli.help() << "\n";
+          return 0;
+        }
+        FNVLP_CHECK(!opt.data_dir.empty() && !opt.run_dir.empty(), "--data and --out are required");
+        const auto cfg =
+            fnvlp::config::load_typed<fnvlp::train::PretrainConfig>(config_path, overrides);
+        opt.config_yaml = fnvlp::config::dump(fnvlp::config::to_yaml(cfg));
+        return fnvlp::train::run_pretraining(comm, cfg, opt);
+      });
+}

@@ -1,0 +1,77 @@
+#pragma once
+// Image augmentation of a whole batch at once: uint8 [b, S, S, 3] (as read from the shards) ->
+// float [b, 3, R, R] normalised with the ALBEF/CLIP mean and std.
+//
+// Training: RandomResizedCrop (torchvision's sampling of scale and log-aspect, 10 tries then a
+// centre crop), horizontal flip and colour jitter; evaluation: resize and normalisation only.
+// Resizing is bilinear with align_corners=false and no antialiasing, index for index as ATen's
+// upsample_bilinear2d (so crop + resize equals torchvision's tensor RandomResizedCrop, and eval
+// equals F::interpolate). All of it runs as one fused loop per image that reads the uint8 source
+// and writes the normalised output: 3x (128 px) to 7x (64 px) less CPU than the same pipeline
+// as torch ops (to-float copy, affine_grid + grid_sample, elementwise jitter, normalisation).
+//
+// Every random number comes from the torch::Generator passed in, so a batch's augmentation is a
+// function of (images, generator state).
+#include <torch/torch.h>
+
+#include <cstdint>
+
+namespace fnvlp::data {
+
+struct AugmentConfig {
+  bool random_resized_crop = true;
+  double crop_scale_min = 0.5;  // fraction of the image area (ALBEF pretraining: 0.5 .. 1.0)
+  double crop_scale_max = 1.0;
+  double crop_ratio_min = 3.0 / 4.0;  // aspect ratio w/h
+  double crop_ratio_max = 4.0 / 3.0;
+  bool horizontal_flip = true;
+  double flip_prob = 0.5;
+  // Factors drawn uniformly from [max(0, 1 - a), 1 + a] per image, applied in this fixed order
+  // (torchvision draws a random order), each clamped to the valid range; 0 turns one off.
+  bool color_jitter = false;
+  double brightness = 0.4;
+  double contrast = 0.4;
+  double saturation = 0.4;
+
+  template <class V>
+  void fields(V& v) {
+    v("random_resized_crop", random_resized_crop);
+    v("crop_scale_min", crop_scale_min);
+    v("crop_scale_max", crop_scale_max);
+    v("crop_ratio_min", crop_ratio_min);
+    v("crop_ratio_max", crop_ratio_max);
+    v("horizontal_flip", horizontal_flip);
+    v("flip_prob", flip_prob);
+    v("color_jitter", color_jitter);
+    v("brightness", brightness);
+    v("contrast", contrast);
+    v("saturation", saturation);
+  }
+  void validate() const;  // throws naming the offending key
+};
+
+inline constexpr double kImageMean[3] = {0.48145466, 0.4578275, 0.40821073};
+inline constexpr double kImageStd[3] = {0.26862954, 0.26130258, 0.27577711};
+
+class Augmenter {
+ public:
+  Augmenter(const AugmentConfig& config, int64_t image_res);
+
+  // uint8 [b, S, S, 3] -> float [b, 3, image_res, image_res], random per image.
+  torch::Tensor train(const torch::Tensor& images, torch::Generator& gen) const;
+  // uint8 [b, S, S, 3] -> float [b, 3, image_res, image_res]: bilinear resize + normalisation.
+  torch::Tensor eval(const torch::Tensor& images) const;
+
+  // float [b, 3, H, W] with values in 0..255 -> (x / 255 - mean) / std (for callers with float
+  // images of their own; train/eval normalise inside their fused loop).
+  static torch::Tensor normalize255(const torch::Tensor& x);
+
+  const AugmentConfig& config() const { return config_; }
+  int64_t image_res() const { return image_res_; }
+
+ private:
+  AugmentConfig config_;
+  int64_t image_res_;
+};
+
+}  // namespace fnvlp::data

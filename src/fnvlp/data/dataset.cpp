@@ -1,0 +1,271 @@
+#include "fnvlp/data/dataset.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+
+#include "fnvlp/core/error.hpp"
+#include "fnvlp/core/sha256.hpp"
+#include "fnvlp/data/h5.hpp"
+#include "fnvlp/data/shard.hpp"
+
+namespace fnvlp::data {
+
+namespace fs = std::filesystem;
+
+struct PairDataset::Shard {
+  std::string path;
+  int64_t first_pair = 0;
+  int64_t num_pairs = 0;
+  int64_t num_images = 0;
+  h5::Handle file;
+  h5::Handle images;
+  std::once_flag loaded;
+  // Per-pair columns, row i = pair first_pair + i.
+  std::vector<int64_t> pair_image;
+  std::vector<int32_t> tokens;
+  std::vector<int16_t> lengths;
+  std::vector<int64_t> image_id;
+  std::vector<int32_t> label;
+};
+
+namespace {
+
+// Opens /images with a chunk cache of `cache_bytes` (0: room for `chunks_hint` chunks).
+h5::Handle open_images(hid_t file, const std::string& path, int64_t cache_bytes,
+                       int64_t chunks_hint) {
+  const std::string ctx = path + ":/" + shard_ds::kImages;
+  FNVLP_CHECK(h5::exists(file, shard_ds::kImages), ctx << " is missing");
+  hsize_t chunk_bytes = 0;
+  {
+    h5::Handle ds(H5_CHECK(H5Dopen2(file, shard_ds::kImages, H5P_DEFAULT), ctx), H5Dclose);
+    h5::Handle dcpl(H5_CHECK(H5Dget_create_plist(ds), ctx), H5Pclose);
+    FNVLP_CHECK(H5Pget_layout(dcpl) == H5D_CHUNKED, ctx << " is not chunked");
+    hsize_t chunk[4] = {0, 0, 0, 0};
+    FNVLP_CHECK(H5_CHECK(H5Pget_chunk(dcpl, 4, chunk), ctx) == 4, ctx << " chunk rank is not 4");
+    chunk_bytes = chunk[0] * chunk[1] * chunk[2] * chunk[3];
+  }
+  const size_t nbytes =
+      cache_bytes > 0 ? static_cast<size_t>(cache_bytes)
+                      : std::max<size_t>(1 << 20, chunk_bytes * static_cast<size_t>(chunks_hint));
+  h5::Handle dapl(H5_CHECK(H5Pcreate(H5P_DATASET_ACCESS), ctx), H5Pclose);
+  // w0 = 1: chunks read whole (we never write) are evicted first.
+  H5_CHECK(H5Pset_chunk_cache(dapl, 12421, nbytes, 1.0), ctx);
+  return h5::Handle(H5_CHECK(H5Dopen2(file, shard_ds::kImages, dapl), ctx), H5Dclose);
+}
+
+template <typename T>
+std::vector<T> read_column(hid_t file, const char* name, const std::string& path, size_t expected) {
+  std::vector<T> v = h5::read_dataset<T>(file, name, path);
+  FNVLP_CHECK(v.size() == expected,
+              path << ":/" << name << " has " << v.size() << " elements, expected " << expected);
+  return v;
+}
+
+}  // namespace
+
+PairDataset::PairDataset(const std::string& dir, const PairDatasetOptions& options)
+    : dir_(dir), options_(options) {
+  manifest_ = Manifest::load(dir);
+  const std::string mpath = (fs::path(dir) / kManifestName).string();
+  FNVLP_CHECK(
+      manifest_.image_size > 0 && manifest_.max_len >= 1,
+      mpath << ": bad image_size " << manifest_.image_size << " or max_len " << manifest_.max_len);
+  FNVLP_CHECK(!manifest_.shards.empty(), mpath << ": lists no shards");
+  int64_t next = 0;
+  for (const auto& s : manifest_.shards) {
+    FNVLP_CHECK(s.first_pair_id == next && s.num_pairs > 0,
+                mpath << ": shard " << s.file << " holds pairs from " << s.first_pair_id
+                      << " (count " << s.num_pairs << "), expected the next range to start at "
+                      << next);
+    next += s.num_pairs;
+  }
+  FNVLP_CHECK(next == manifest_.num_pairs,
+              mpath << ": shards hold " << next << " pairs, num_pairs is " << manifest_.num_pairs);
+
+  // Cheap checks of every file first, so a missing shard fails here and not mid-training.
+  for (const auto& s : manifest_.shards) {
+    const std::string path = (fs::path(dir) / s.file).string();
+    FNVLP_CHECK(fs::exists(path), path << ": missing (listed in " << mpath << ")");
+    const auto bytes = static_cast<int64_t>(fs::file_size(path));
+    FNVLP_CHECK(bytes == s.bytes, path << ": " << bytes << " bytes, " << mpath << " says "
+                                       << s.bytes << " (truncated or replaced?)");
+    if (options_.verify_checksums)
+      FNVLP_CHECK(sha256_file(path) == s.sha256, path << ": sha256 differs from " << mpath);
+  }
+
+  const int64_t chunks_hint = std::max<int64_t>(4, options_.batch_hint / 16);
+  std::lock_guard<std::mutex> lock(h5::global_mutex());
+  try {
+    for (const auto& s : manifest_.shards) {
+      auto sh = std::make_unique<Shard>();
+      sh->path = (fs::path(dir) / s.file).string();
+      sh->first_pair = s.first_pair_id;
+      sh->num_pairs = s.num_pairs;
+      sh->file = h5::open_file(sh->path);
+      const std::string& p = sh->path;
+      const int64_t schema = h5::read_attr_int(sh->file, "fnvlp_schema", p);
+      FNVLP_CHECK(schema == kShardSchemaVersion, p << ": shard schema version " << schema
+                                                   << ", this build reads " << kShardSchemaVersion);
+      const int64_t image_size = h5::read_attr_int(sh->file, "image_size", p);
+      const int64_t max_len = h5::read_attr_int(sh->file, "max_len", p);
+      const int64_t num_pairs = h5::read_attr_int(sh->file, "num_pairs", p);
+      const std::string vocab = h5::read_attr_string(sh->file, "vocab_sha256", p);
+      FNVLP_CHECK(image_size == manifest_.image_size && max_len == manifest_.max_len,
+                  p << ": image_size " << image_size << " / max_len " << max_len
+                    << " differ from the manifest's " << manifest_.image_size << " / "
+                    << manifest_.max_len);
+      FNVLP_CHECK(vocab == manifest_.vocab_sha256, p << ": vocab_sha256 differs from the manifest");
+      FNVLP_CHECK(num_pairs == s.num_pairs,
+                  p << ": num_pairs " << num_pairs << ", manifest says " << s.num_pairs);
+      sh->images = open_images(sh->file, p, options_.chunk_cache_bytes, chunks_hint);
+      const auto d = h5::dims(sh->images, p + ":/images");
+      const auto S = static_cast<hsize_t>(image_size);
+      FNVLP_CHECK(d.size() == 4 && d[1] == S && d[2] == S && d[3] == 3,
+                  p << ":/images shape does not match image_size " << image_size);
+      sh->num_images = static_cast<int64_t>(d[0]);
+      FNVLP_CHECK(sh->num_images == s.num_images, p << ":/images has " << sh->num_images
+                                                    << " rows, manifest says " << s.num_images);
+      first_pair_.push_back(s.first_pair_id);
+      shards_.push_back(std::move(sh));
+    }
+  } catch (...) {
+    shards_.clear();  // close what was opened while still holding the lock
+    throw;
+  }
+}
+
+PairDataset::~PairDataset() {
+  // Closing is an HDF5 call too: it must not overlap another thread's.
+  std::lock_guard<std::mutex> lock(h5::global_mutex());
+  shards_.clear();
+}
+
+std::pair<int64_t, int64_t> PairDataset::locate(int64_t pair_id) const {
+  FNVLP_CHECK(
+      pair_id >= 0 && pair_id < manifest_.num_pairs,
+      "pair_id " << pair_id << " outside [0, " << manifest_.num_pairs << ") of dataset " << dir_);
+  const auto it = std::upper_bound(first_pair_.begin(), first_pair_.end(), pair_id) - 1;
+  return {it - first_pair_.begin(), pair_id - *it};
+}
+
+const PairDataset::Shard& PairDataset::columns(int64_t shard) const {
+  Shard& sh = *shards_[static_cast<size_t>(shard)];
+  // call_once: concurrent readers wait for one load; a throwing load is retried next time.
+  std::call_once(sh.loaded, [&] {
+    const auto n = static_cast<size_t>(sh.num_pairs);
+    const auto L = static_cast<size_t>(manifest_.max_len);
+    const std::string& p = sh.path;
+    std::vector<int64_t> pair_id;
+    {
+      std::lock_guard<std::mutex> lock(h5::global_mutex());
+      sh.pair_image = read_column<int64_t>(sh.file, shard_ds::kPairImage, p, n);
+      sh.tokens = read_column<int32_t>(sh.file, shard_ds::kTokens, p, n * L);
+      sh.lengths = read_column<int16_t>(sh.file, shard_ds::kLengths, p, n);
+      pair_id = read_column<int64_t>(sh.file, shard_ds::kPairId, p, n);
+      sh.image_id = read_column<int64_t>(sh.file, shard_ds::kImageId, p, n);
+      sh.label = read_column<int32_t>(sh.file, shard_ds::kLabel, p, n);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      FNVLP_CHECK(pair_id[i] == sh.first_pair + static_cast<int64_t>(i),
+                  p << ":/pair_id row " << i << " is " << pair_id[i] << ", the manifest implies "
+                    << sh.first_pair + static_cast<int64_t>(i));
+      FNVLP_CHECK(sh.pair_image[i] >= 0 && sh.pair_image[i] < sh.num_images,
+                  p << ":/pair_image row " << i << " is " << sh.pair_image[i] << ", outside "
+                    << sh.num_images << " images");
+      FNVLP_CHECK(sh.lengths[i] >= 1 && sh.lengths[i] <= static_cast<int64_t>(L),
+                  p << ":/lengths row " << i << " is " << sh.lengths[i] << ", outside 1.." << L);
+    }
+  });
+  return sh;
+}
+
+Batch PairDataset::read(const std::vector<int64_t>& pair_ids) const {
+  const auto b = static_cast<int64_t>(pair_ids.size());
+  const int64_t S = manifest_.image_size, L = manifest_.max_len;
+  const size_t image_bytes = static_cast<size_t>(S * S * 3);
+  Batch out;
+  out.images = torch::empty({b, S, S, 3}, torch::kUInt8);
+  out.tokens = torch::empty({b, L}, torch::kInt64);
+  out.attention_mask = torch::empty({b, L}, torch::kInt64);
+  out.pair_id = torch::empty({b}, torch::kInt64);
+  out.image_id = torch::empty({b}, torch::kInt64);
+  out.label = torch::empty({b}, torch::kInt64);
+  uint8_t* images = out.images.data_ptr<uint8_t>();
+  int64_t* tokens = out.tokens.data_ptr<int64_t>();
+  int64_t* mask = out.attention_mask.data_ptr<int64_t>();
+  int64_t* pid = out.pair_id.data_ptr<int64_t>();
+  int64_t* iid = out.image_id.data_ptr<int64_t>();
+  int64_t* lab = out.label.data_ptr<int64_t>();
+
+  // (shard, image row, batch position), sorted so each shard is visited once, rows ascending.
+  struct Want {
+    int64_t shard, image_row, pos;
+  };
+  std::vector<Want> wants(static_cast<size_t>(b));
+  for (int64_t i = 0; i < b; ++i) {
+    const auto [shard, row] = locate(pair_ids[static_cast<size_t>(i)]);
+    const Shard& sh = columns(shard);
+    const auto r = static_cast<size_t>(row);
+    wants[static_cast<size_t>(i)] = {shard, sh.pair_image[r], i};
+    pid[i] = pair_ids[static_cast<size_t>(i)];
+    iid[i] = sh.image_id[r];
+    lab[i] = sh.label[r];
+    const int32_t* t = &sh.tokens[r * static_cast<size_t>(L)];
+    const int64_t len = sh.lengths[r];
+    for (int64_t k = 0; k < L; ++k) {
+      tokens[i * L + k] = t[k];
+      mask[i * L + k] = k < len ? 1 : 0;
+    }
+  }
+  std::sort(wants.begin(), wants.end(), [](const Want& x, const Want& y) {
+    return x.shard != y.shard ? x.shard < y.shard : x.image_row < y.image_row;
+  });
+
+  std::vector<uint8_t> buf;
+  std::vector<int64_t> rows;  // distinct image rows of one shard, ascending
+  for (size_t lo = 0; lo < wants.size();) {
+    size_t hi = lo;
+    rows.clear();
+    while (hi < wants.size() && wants[hi].shard == wants[lo].shard) {
+      if (rows.empty() || rows.back() != wants[hi].image_row) rows.push_back(wants[hi].image_row);
+      ++hi;
+    }
+    const Shard& sh = *shards_[static_cast<size_t>(wants[lo].shard)];
+    const std::string ctx = sh.path + ":/" + shard_ds::kImages;
+    buf.resize(rows.size() * image_bytes);
+    {
+      // One read per run of consecutive rows. Rows ascend, so a chunk shared by two runs is used
+      // by consecutive reads and stays in the chunk cache (>= 4 chunks): each chunk is decoded and
+      // Fletcher32-checked once per batch. (A single read of the union of runs would do the same,
+      // but HDF5 1.10 maps an irregular selection to chunks element by element: ~100x slower.)
+      std::lock_guard<std::mutex> lock(h5::global_mutex());
+      h5::Handle fspace(H5_CHECK(H5Dget_space(sh.images), ctx), H5Sclose);
+      const auto S_ = static_cast<hsize_t>(S);
+      for (size_t k = 0; k < rows.size();) {
+        size_t e = k + 1;
+        while (e < rows.size() && rows[e] == rows[e - 1] + 1) ++e;
+        const hsize_t start[4] = {static_cast<hsize_t>(rows[k]), 0, 0, 0};
+        const hsize_t count[4] = {static_cast<hsize_t>(e - k), S_, S_, 3};
+        H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, count, nullptr),
+                 ctx << ": select rows");
+        h5::Handle mspace(H5_CHECK(H5Screate_simple(4, count, nullptr), ctx), H5Sclose);
+        H5_CHECK(H5Dread(sh.images, H5T_NATIVE_UINT8, mspace, fspace, H5P_DEFAULT,
+                         &buf[k * image_bytes]),
+                 ctx << ": read of image rows [" << rows[k] << ", " << rows[e - 1] + 1 << ")");
+        k = e;
+      }
+    }
+    size_t k = 0;
+    for (size_t w = lo; w < hi; ++w) {
+      while (rows[k] != wants[w].image_row) ++k;
+      std::memcpy(images + static_cast<size_t>(wants[w].pos) * image_bytes, &buf[k * image_bytes],
+                  image_bytes);
+    }
+    lo = hi;
+  }
+  return out;
+}
+
+}  // namespace fnvlp::data

@@ -1,0 +1,108 @@
+#include "fnvlp/loss/itm.hpp"
+
+#include <limits>
+
+#include "fnvlp/core/error.hpp"
+
+namespace fnvlp::loss {
+
+ItmNegativeMode parse_itm_negative_mode(const std::string& name) {
+  if (name == "multinomial") return ItmNegativeMode::kMultinomial;
+  if (name == "argmax") return ItmNegativeMode::kArgmax;
+  FNVLP_FAIL("itm: unknown negative mode '" << name << "' (expected multinomial or argmax)");
+}
+
+namespace {
+
+// One negative per row of `sim` [b, b] (anchor i against candidates j), on the CPU.
+//   valid_ij = id_i != id_j  and  not excluded_ij  and  isfinite(sim_ij)
+//   multinomial: P(j | i) = (softmax_j(sim_i.)|valid + 1e-5) / Z  over valid j   (ALBEF's
+//                softmax weights; the 1e-5, like BLIP's 1e-4, keeps a row drawable when its
+//                softmax underflows to 0)
+//   argmax:      j = argmax_{valid j} sim_ij                                     (GRIT-VLP)
+//   no valid j:  -1
+torch::Tensor sample_rows(const torch::Tensor& sim, const torch::Tensor& same_image,
+                          const torch::Tensor& exclude, ItmNegativeMode mode,
+                          torch::Generator& gen) {
+  const torch::Tensor s = sim.detach().to(torch::kCPU, torch::kFloat);
+  torch::Tensor valid = ~same_image & s.isfinite();
+  if (exclude.defined()) valid = valid & ~exclude.to(torch::kCPU, torch::kBool);
+  const torch::Tensor has = valid.any(1);
+
+  // Rows without a candidate get a harmless all-zero row here and -1 below.
+  torch::Tensor z = s.masked_fill(~valid, -std::numeric_limits<double>::infinity());
+  z = torch::where(has.unsqueeze(1), z, torch::zeros_like(z));
+
+  torch::Tensor idx;
+  if (mode == ItmNegativeMode::kArgmax) {
+    idx = z.argmax(1);
+  } else {
+    torch::Tensor p = torch::softmax(z, 1) + 1e-5;
+    p = torch::where(has.unsqueeze(1), p * valid, torch::ones_like(p));
+    idx = torch::multinomial(p, 1, /*replacement=*/false, gen).squeeze(1);
+  }
+  return torch::where(has, idx, torch::full_like(idx, -1));
+}
+
+void check_square(const torch::Tensor& t, int64_t b, const char* name) {
+  if (!t.defined()) return;
+  FNVLP_CHECK(t.dim() == 2 && t.size(0) == b && t.size(1) == b,
+              "itm: " << name << " must be [" << b << ", " << b << "], got " << t.sizes());
+}
+
+}  // namespace
+
+ItmNegatives sample_itm_negatives(const torch::Tensor& sim_i2t_local,
+                                  const torch::Tensor& sim_t2i_local, const torch::Tensor& image_id,
+                                  const torch::Tensor& exclude_i2t,
+                                  const torch::Tensor& exclude_t2i, ItmNegativeMode mode,
+                                  torch::Generator gen) {
+  FNVLP_CHECK(image_id.defined() && image_id.dim() == 1, "itm: image_id must be [b]");
+  const int64_t b = image_id.size(0);
+  FNVLP_CHECK(sim_i2t_local.defined() && sim_t2i_local.defined(),
+              "itm: both similarity matrices are required");
+  check_square(sim_i2t_local, b, "sim_i2t_local");
+  check_square(sim_t2i_local, b, "sim_t2i_local");
+  check_square(exclude_i2t, b, "exclude_i2t");
+  check_square(exclude_t2i, b, "exclude_t2i");
+
+  const torch::Tensor ids = image_id.to(torch::kCPU);
+  // Same image_id = a known positive, never a negative (this also removes the diagonal).
+  const torch::Tensor same = ids.unsqueeze(1).eq(ids.unsqueeze(0));
+  ItmNegatives out;
+  // Fixed order of draws (texts first, as ALBEF), so a seed fixes both.
+  out.neg_image_for_text =
+      sample_rows(sim_t2i_local, same, exclude_t2i, mode, gen).to(sim_t2i_local.device());
+  out.neg_text_for_image =
+      sample_rows(sim_i2t_local, same, exclude_i2t, mode, gen).to(sim_i2t_local.device());
+  return out;
+}
+
+ItmPairs itm_pairs(const ItmNegatives& negatives) {
+  const torch::Tensor& ni = negatives.neg_image_for_text;
+  const torch::Tensor& nt = negatives.neg_text_for_image;
+  FNVLP_CHECK(ni.defined() && nt.defined() && ni.dim() == 1 && ni.sizes() == nt.sizes(),
+              "itm_pairs: negatives must be two [b] tensors");
+  const int64_t b = ni.size(0);
+  const auto opts = ni.options().dtype(torch::kLong);
+  const torch::Tensor all = torch::arange(b, opts);
+  const torch::Tensor texts_with_neg = all.masked_select(ni >= 0);
+  const torch::Tensor images_with_neg = all.masked_select(nt >= 0);
+  ItmPairs p;
+  p.image_index = torch::cat({all, ni.masked_select(ni >= 0), images_with_neg});
+  p.text_index = torch::cat({all, texts_with_neg, nt.masked_select(nt >= 0)});
+  p.labels = torch::cat({torch::ones({b}, opts),
+                         torch::zeros({texts_with_neg.size(0) + images_with_neg.size(0)}, opts)});
+  return p;
+}
+
+torch::Tensor itm_loss(const torch::Tensor& logits, const torch::Tensor& labels) {
+  FNVLP_CHECK(logits.dim() == 2 && logits.size(1) == 2,
+              "itm_loss: logits must be [n, 2], got " << logits.sizes());
+  FNVLP_CHECK(labels.dim() == 1 && labels.size(0) == logits.size(0),
+              "itm_loss: labels must be [" << logits.size(0) << "], got " << labels.sizes());
+  if (logits.size(0) == 0) return logits.sum() * 0;  // no pairs: 0, still part of the graph
+  return torch::nn::functional::cross_entropy(logits, labels.to(torch::kLong));
+}
+
+}  // namespace fnvlp::loss

@@ -1,0 +1,49 @@
+#pragma once
+// Image-text matching (ITM) with in-batch hard negatives (ALBEF §3.2): for every text a negative
+// image and for every image a negative text are drawn from the local batch, with probability
+// softmax(ITC logits) (ALBEF, torch.multinomial) or as the hardest one (argmax, GRIT-VLP). A pair
+// sharing an image_id is never a negative, nor is a pair a method excluded (GloFND, FNC). Rows
+// with no valid candidate get -1 (the trainer drops them) instead of ALBEF's "invalid
+// multinomial distribution" crash.
+#include <torch/torch.h>
+
+#include <string>
+
+namespace fnvlp::loss {
+
+enum class ItmNegativeMode { kMultinomial, kArgmax };
+// "multinomial" (ALBEF) | "argmax" (GRIT); throws fnvlp::Error otherwise.
+ItmNegativeMode parse_itm_negative_mode(const std::string& name);
+
+struct ItmNegatives {
+  // int64 [b], indices into the LOCAL batch (on the device of the similarities); -1 when the row
+  // has no valid negative.
+  torch::Tensor neg_image_for_text;  // text i is paired with image neg_image_for_text[i]
+  torch::Tensor neg_text_for_image;  // image i is paired with text neg_text_for_image[i]
+};
+
+// sim_i2t_local[i, j]: image i vs text j, sim_t2i_local[i, j]: text i vs image j, both [b, b]
+// logits of the local batch (ItcResult::sim_i2t.narrow(1, offset, b)). exclude_i2t / exclude_t2i
+// (optional bool [b, b], same orientation) remove candidates. Non-finite similarities are never
+// drawn. All draws come from `gen` (a CPU generator: sampling runs on the CPU, so the same seed
+// gives the same negatives on any device).
+ItmNegatives sample_itm_negatives(const torch::Tensor& sim_i2t_local,
+                                  const torch::Tensor& sim_t2i_local, const torch::Tensor& image_id,
+                                  const torch::Tensor& exclude_i2t,
+                                  const torch::Tensor& exclude_t2i, ItmNegativeMode mode,
+                                  torch::Generator gen);
+
+// The pairs to run through the fusion encoder, in ALBEF's order: the b positives (i, i), then
+// (image neg_image_for_text[i], text i) for the texts that have a negative, then
+// (image i, text neg_text_for_image[i]) for the images that have one. int64 [n] each; labels are
+// 1 for a match, 0 otherwise.
+struct ItmPairs {
+  torch::Tensor image_index, text_index, labels;
+};
+ItmPairs itm_pairs(const ItmNegatives& negatives);
+
+// Cross-entropy of the ITM head's logits [n, 2] against labels [n] (1 = match), mean over the
+// pairs. n = 0 gives 0 with a valid graph.
+torch::Tensor itm_loss(const torch::Tensor& logits, const torch::Tensor& labels);
+
+}  // namespace fnvlp::loss

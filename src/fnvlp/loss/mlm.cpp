@@ -1,0 +1,85 @@
+#include "fnvlp/loss/mlm.hpp"
+
+#include "fnvlp/core/error.hpp"
+
+namespace fnvlp::loss {
+
+MlmMasking mask_tokens(const torch::Tensor& ids, const torch::Tensor& attn, double probability,
+                       int64_t vocab_size, int64_t mask_id, const std::vector<int64_t>& never_mask,
+                       torch::Generator gen) {
+  FNVLP_CHECK(ids.defined() && ids.dim() == 2, "mlm: ids must be [b, L]");
+  FNVLP_CHECK(probability >= 0 && probability <= 1,
+              "mlm: probability must be in [0, 1], got " << probability);
+  FNVLP_CHECK(vocab_size > 0 && mask_id >= 0 && mask_id < vocab_size,
+              "mlm: mask_id " << mask_id << " outside the vocabulary of " << vocab_size);
+  const auto cpu_long = torch::TensorOptions().dtype(torch::kLong);
+  const torch::Tensor x = ids.to(torch::kCPU, torch::kLong);
+  const int64_t b = x.size(0), len = x.size(1);
+
+  torch::Tensor maskable = torch::ones({b, len}, torch::kBool);
+  if (attn.defined()) {
+    FNVLP_CHECK(attn.sizes() == ids.sizes(),
+                "mlm: attention mask " << attn.sizes() << " vs ids " << ids.sizes());
+    maskable = attn.to(torch::kCPU).ne(0);
+  }
+  for (int64_t special : never_mask) maskable = maskable & x.ne(special);
+
+  // Three draws in a fixed order: the generator state alone decides the masks.
+  const torch::Tensor u_select = torch::rand({b, len}, gen, torch::kDouble);
+  const torch::Tensor u_split = torch::rand({b, len}, gen, torch::kDouble);
+  const torch::Tensor random_ids = torch::randint(vocab_size, {b, len}, gen, cpu_long);
+
+  // BERT: selected ~ Bernoulli(p); then [MASK] if u < 0.8, random token if 0.8 <= u < 0.9,
+  // unchanged otherwise (ALBEF draws Bernoulli(0.8), then Bernoulli(0.5) of the rest: the same
+  // 80/10/10 split).
+  const torch::Tensor selected = (u_select < probability) & maskable;
+  const torch::Tensor to_mask = selected & (u_split < 0.8);
+  const torch::Tensor to_random = selected & (u_split >= 0.8) & (u_split < 0.9);
+
+  torch::Tensor masked = x.masked_fill(to_mask, mask_id);
+  masked = torch::where(to_random, random_ids, masked);
+
+  MlmMasking m;
+  m.input_ids = masked.to(ids.device());
+  m.labels = x.masked_fill(~selected, -100).to(ids.device());
+  m.positions = selected.reshape({-1}).nonzero().reshape({-1}).to(ids.device());
+  m.targets = x.reshape({-1}).masked_select(selected.reshape({-1})).to(ids.device());
+  return m;
+}
+
+torch::Tensor gather_positions(const torch::Tensor& hidden, const torch::Tensor& positions) {
+  FNVLP_CHECK(hidden.dim() == 3, "mlm: hidden must be [b, L, D], got " << hidden.sizes());
+  FNVLP_CHECK(positions.dim() == 1, "mlm: positions must be [M]");
+  return hidden.reshape({-1, hidden.size(2)}).index_select(0, positions.to(torch::kLong));
+}
+
+namespace {
+void check_logits(const torch::Tensor& logits, const torch::Tensor& targets) {
+  FNVLP_CHECK(logits.dim() == 2, "mlm_loss: logits must be [M, V], got " << logits.sizes());
+  FNVLP_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0),
+              "mlm_loss: targets must be [" << logits.size(0) << "], got " << targets.sizes());
+}
+}  // namespace
+
+torch::Tensor mlm_loss(const torch::Tensor& logits_at_positions, const torch::Tensor& targets) {
+  check_logits(logits_at_positions, targets);
+  // No selected token (short captions at small p): 0 that still belongs to the graph.
+  if (logits_at_positions.size(0) == 0) return logits_at_positions.sum() * 0;
+  return torch::nn::functional::cross_entropy(logits_at_positions, targets.to(torch::kLong));
+}
+
+torch::Tensor mlm_loss(const torch::Tensor& logits_at_positions, const torch::Tensor& targets,
+                       const torch::Tensor& soft_targets, double alpha) {
+  check_logits(logits_at_positions, targets);
+  FNVLP_CHECK(soft_targets.sizes() == logits_at_positions.sizes(),
+              "mlm_loss: soft targets " << soft_targets.sizes() << " vs logits "
+                                        << logits_at_positions.sizes());
+  FNVLP_CHECK(alpha >= 0 && alpha <= 1, "mlm_loss: alpha must be in [0, 1], got " << alpha);
+  if (logits_at_positions.size(0) == 0) return logits_at_positions.sum() * 0;
+  const torch::Tensor hard = mlm_loss(logits_at_positions, targets);
+  const torch::Tensor distill =
+      -(soft_targets.detach() * torch::log_softmax(logits_at_positions, 1)).sum(1).mean();
+  return (1.0 - alpha) * hard + alpha * distill;
+}
+
+}  // namespace fnvlp::loss

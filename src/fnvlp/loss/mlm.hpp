@@ -1,0 +1,44 @@
+#pragma once
+// Masked language modelling (MLM) with BERT's masking scheme (Devlin et al. 2019, §3.1; ALBEF
+// model_pretrain.py `mask`): every maskable token is selected with probability p (config
+// mlm_probability: ALBEF 0.15, FALCON 0.5); of the selected, 80% become [MASK], 10% a random
+// vocabulary token and 10% stay unchanged. [PAD]/[CLS]/[SEP] (never_mask) and positions outside
+// the attention mask are never selected. Vocabulary logits are computed only at the selected
+// positions (DESIGN.md §5), so the masking returns their flat indices.
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace fnvlp::loss {
+
+struct MlmMasking {
+  torch::Tensor input_ids;  // int64 [b, L]: masked copy of the ids
+  torch::Tensor labels;     // int64 [b, L]: original id where selected, -100 elsewhere
+  torch::Tensor positions;  // int64 [M]: flat indices (row * L + col) of the selected tokens,
+                            // ascending
+  torch::Tensor targets;    // int64 [M]: original ids at `positions`
+};
+
+// Draws, in this fixed order, uniform [b, L] (selection), uniform [b, L] (80/10/10 split) and
+// randint [b, L] (random tokens) from `gen` (a CPU generator; draws happen on the CPU and the
+// results move to ids' device), so the same generator state gives the same masks on any device:
+// FALCON's reward compares the MLM loss before and after an update on the same masks.
+// attn (optional, [b, L], nonzero = real token). M may be 0 (mlm_loss then returns 0).
+MlmMasking mask_tokens(const torch::Tensor& ids, const torch::Tensor& attn, double probability,
+                       int64_t vocab_size, int64_t mask_id, const std::vector<int64_t>& never_mask,
+                       torch::Generator gen);
+
+// Rows of `hidden` [b, L, D] at the flat positions [M] -> [M, D] (input of the MLM head).
+torch::Tensor gather_positions(const torch::Tensor& hidden, const torch::Tensor& positions);
+
+// Mean cross-entropy of logits [M, V] against targets [M]. M = 0 gives 0 with a valid graph.
+torch::Tensor mlm_loss(const torch::Tensor& logits_at_positions, const torch::Tensor& targets);
+
+// ALBEF's distilled MLM (xbert.py BertForMaskedLM with soft_labels):
+//   L = (1 - a) * CE(logits, targets) + a * mean_m( - sum_v soft_mv log softmax(logits_m)_v )
+// with soft = softmax of the momentum model's logits [M, V] (detached here).
+torch::Tensor mlm_loss(const torch::Tensor& logits_at_positions, const torch::Tensor& targets,
+                       const torch::Tensor& soft_targets, double alpha);
+
+}  // namespace fnvlp::loss

@@ -1,0 +1,330 @@
+#include "fnvlp/model/albef.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <string>
+
+namespace fnvlp::model {
+
+namespace {
+
+// LayerNorm epsilons of the reference implementations: timm ViT (ALBEF passes eps=1e-6) and BERT.
+constexpr double kVitLnEps = 1e-6;
+constexpr double kBertLnEps = 1e-12;
+// BERT's extended attention mask value: exp(-1e4 + s) underflows to exactly 0 in float32 for any
+// realistic score s, so padded keys get zero weight, and -1e4 is still finite in fp16/bf16.
+constexpr double kMaskedScore = -1e4;
+
+torch::nn::LayerNorm layer_norm(int64_t width, double eps) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}).eps(eps));
+}
+
+torch::Tensor maybe_dropout(const torch::Tensor& x, double p, bool training) {
+  return (p > 0.0 && training) ? torch::dropout(x, p, /*train=*/true) : x;
+}
+
+// A fused projection [B, L, n*h*d] -> n tensors [B, h, L, d] (views, no copy).
+std::vector<torch::Tensor> split_heads(const torch::Tensor& x, int64_t n, int64_t heads) {
+  const int64_t B = x.size(0), L = x.size(1), width = x.size(2) / n;
+  return x.view({B, L, n, heads, width / heads}).permute({2, 0, 3, 1, 4}).unbind(0);
+}
+
+// [B, h, L, d] -> [B, L, h*d]
+torch::Tensor merge_heads(const torch::Tensor& ctx) {
+  return ctx.transpose(1, 2).reshape({ctx.size(0), ctx.size(2), ctx.size(1) * ctx.size(3)});
+}
+
+// Scaled dot-product attention over all heads at once (Vaswani et al. 2017, eq. 1):
+//   Attention(Q, K, V) = softmax(Q K^T / sqrt(d) + M) V
+// with M the additive key mask ([B,1,1,Lk], 0 or kMaskedScore) or none.
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& additive_mask, double p, bool training) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto scores = torch::matmul(q, k.transpose(-2, -1));
+  // One pass for the scale and the mask: M + scale * (Q K^T).
+  scores = additive_mask.defined() ? torch::add(additive_mask, scores, scale) : scores.mul_(scale);
+  auto probs = maybe_dropout(torch::softmax(scores, -1), p, training);
+  return torch::matmul(probs, v);
+}
+
+torch::Tensor additive_key_mask(const torch::Tensor& mask, torch::ScalarType dtype) {
+  return mask.eq(0).to(dtype).mul_(kMaskedScore).view({mask.size(0), 1, 1, mask.size(1)});
+}
+
+// N(0, std^2) truncated to [-2 std, 2 std] (BERT/ViT's trunc_normal_(std=.02)) by rejection:
+// redraw the ~4.6% of draws outside the interval until none is left. Rejection rather than timm's
+// inverse CDF because erfinv is scalar code in libtorch, ~5x slower than normal_ on 200M weights.
+void trunc_normal_(torch::Tensor t, double std, at::Generator& gen) {
+  auto flat = t.view(-1);
+  flat.normal_(0.0, std, gen);
+  for (;;) {
+    const auto out = flat.abs().gt(2.0 * std).nonzero().squeeze(1);
+    if (out.numel() == 0) break;
+    flat.index_put_({out}, torch::empty({out.numel()}, t.options()).normal_(0.0, std, gen));
+  }
+}
+
+void check_tokens(const torch::Tensor& t, const char* what) {
+  FNVLP_CHECK(t.defined() && t.dim() == 3, what << ": expected [B, N, width], got "
+                                                << (t.defined() ? t.sizes() : at::IntArrayRef{}));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+DenseImpl::DenseImpl(int64_t in, int64_t out) {
+  weight = register_parameter("weight", torch::empty({out, in}));
+  bias = register_parameter("bias", torch::empty({out}));
+}
+
+VitBlockImpl::VitBlockImpl(int64_t width, int64_t heads, int64_t mlp_ratio) : heads_(heads) {
+  norm1_ = register_module("norm1", layer_norm(width, kVitLnEps));
+  qkv_ = register_module("qkv", Dense(width, 3 * width));  // timm: qkv_bias=True in ALBEF
+  proj_ = register_module("proj", Dense(width, width));
+  norm2_ = register_module("norm2", layer_norm(width, kVitLnEps));
+  fc1_ = register_module("fc1", Dense(width, mlp_ratio * width));
+  fc2_ = register_module("fc2", Dense(mlp_ratio * width, width));
+}
+
+torch::Tensor VitBlockImpl::forward(const torch::Tensor& x) {
+  const auto qkv = split_heads(qkv_(norm1_(x)), 3, heads_);
+  auto h = x + proj_(merge_heads(attention(qkv[0], qkv[1], qkv[2], {}, 0.0, false)));
+  return h + fc2_(torch::gelu(fc1_(norm2_(h))));
+}
+
+VisionTransformerImpl::VisionTransformerImpl(const ModelConfig& cfg) : image_size_(cfg.image_size) {
+  const int64_t w = cfg.vision_width;
+  patch_embed_ = register_module(
+      "patch_embed",
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(3, w, cfg.patch_size).stride(cfg.patch_size)));
+  cls_token_ = register_parameter("cls_token", torch::zeros({1, 1, w}));
+  pos_embed_ = register_parameter("pos_embed", torch::zeros({1, 1 + cfg.num_patches(), w}));
+  blocks_list_ = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg.vision_layers; ++i) {
+    blocks_.emplace_back(w, cfg.vision_heads, cfg.mlp_ratio);
+    blocks_list_->push_back(blocks_.back());
+  }
+  norm_ = register_module("norm", layer_norm(w, kVitLnEps));
+}
+
+torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {
+  FNVLP_CHECK(images.dim() == 4 && images.size(1) == 3 && images.size(2) == image_size_ &&
+                  images.size(3) == image_size_,
+              "encode_image: expected float [B, 3, " << image_size_ << ", " << image_size_
+                                                     << "], got " << images.sizes());
+  FNVLP_CHECK(
+      images.is_floating_point(),
+      "encode_image: images must be float (see normalize_images), got " << images.scalar_type());
+  const int64_t B = images.size(0);
+  auto x = patch_embed_(images).flatten(2).transpose(1, 2);  // [B, P, w], patches row-major
+  x = torch::cat({cls_token_.expand({B, -1, -1}), x}, 1) + pos_embed_;
+  for (auto& block : blocks_) x = block(x);
+  return norm_(x);
+}
+
+// ---------------------------------------------------------------------------------------------
+BertEmbeddingsImpl::BertEmbeddingsImpl(const ModelConfig& cfg) : dropout_(cfg.dropout) {
+  word_ = register_parameter("word_embeddings", torch::empty({cfg.vocab_size, cfg.text_width}));
+  position_ =
+      register_parameter("position_embeddings", torch::empty({cfg.max_len, cfg.text_width}));
+  token_type_ = register_parameter("token_type_embeddings", torch::empty({2, cfg.text_width}));
+  norm_ = register_module("LayerNorm", layer_norm(cfg.text_width, kBertLnEps));
+}
+
+torch::Tensor BertEmbeddingsImpl::forward(const torch::Tensor& ids) {
+  const int64_t L = ids.size(1);
+  // Position and type rows broadcast over the batch: [L, w] + [w].
+  auto x = torch::embedding(word_, ids) + (position_.narrow(0, 0, L) + token_type_[0]);
+  return maybe_dropout(norm_(x), dropout_, is_training());
+}
+
+// ---------------------------------------------------------------------------------------------
+BertLayerImpl::BertLayerImpl(int64_t width, int64_t heads, int64_t mlp_ratio, double dropout,
+                             int64_t cross_width)
+    : heads_(heads), dropout_(dropout) {
+  // BERT's separate query/key/value Linears fused into one [3w, w] projection: one GEMM.
+  qkv_ = register_module("self_qkv", Dense(width, 3 * width));
+  attn_out_ = register_module("self_output", Dense(width, width));
+  attn_norm_ = register_module("self_norm", layer_norm(width, kBertLnEps));
+  if (cross_width > 0) {
+    // xbert's crossattention: key/value Linear(encoder_width, width) map image tokens to text
+    // width.
+    cross_q_ = register_module("cross_q", Dense(width, width));
+    cross_kv_ = register_module("cross_kv", Dense(cross_width, 2 * width));
+    cross_out_ = register_module("cross_output", Dense(width, width));
+    cross_norm_ = register_module("cross_norm", layer_norm(width, kBertLnEps));
+  }
+  fc1_ = register_module("intermediate", Dense(width, mlp_ratio * width));
+  fc2_ = register_module("output", Dense(mlp_ratio * width, width));
+  out_norm_ = register_module("output_norm", layer_norm(width, kBertLnEps));
+}
+
+torch::Tensor BertLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& additive_mask,
+                                     const torch::Tensor& image_tokens) {
+  const bool train = is_training();
+  const auto qkv = split_heads(qkv_(x), 3, heads_);
+  auto ctx = merge_heads(attention(qkv[0], qkv[1], qkv[2], additive_mask, dropout_, train));
+  auto h = attn_norm_(x + maybe_dropout(attn_out_(ctx), dropout_, train));
+  if (has_cross_attention()) {
+    FNVLP_CHECK(image_tokens.defined(), "fusion layer called without image tokens");
+    const auto q = split_heads(cross_q_(h), 1, heads_)[0];
+    const auto kv = split_heads(cross_kv_(image_tokens), 2, heads_);
+    // Image tokens have no padding: no key mask.
+    ctx = merge_heads(attention(q, kv[0], kv[1], {}, dropout_, train));
+    h = cross_norm_(h + maybe_dropout(cross_out_(ctx), dropout_, train));
+  }
+  return out_norm_(h + maybe_dropout(fc2_(torch::gelu(fc1_(h))), dropout_, train));
+}
+
+// ---------------------------------------------------------------------------------------------
+AlbefImpl::AlbefImpl(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg) {
+  cfg_.validate();
+  visual_ = register_module("visual_encoder", VisionTransformer(cfg_));
+  embeddings_ = register_module("text_embeddings", BertEmbeddings(cfg_));
+  text_list_ = register_module("text_layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg_.text_layers; ++i) {
+    text_layers_.emplace_back(cfg_.text_width, cfg_.text_heads, cfg_.mlp_ratio, cfg_.dropout, 0);
+    text_list_->push_back(text_layers_.back());
+  }
+  fusion_list_ = register_module("fusion_layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg_.fusion_layers; ++i) {
+    fusion_layers_.emplace_back(cfg_.text_width, cfg_.text_heads, cfg_.mlp_ratio, cfg_.dropout,
+                                cfg_.vision_width);
+    fusion_list_->push_back(fusion_layers_.back());
+  }
+  vision_proj_ = register_module("vision_proj", Dense(cfg_.vision_width, cfg_.embed_dim));
+  text_proj_ = register_module("text_proj", Dense(cfg_.text_width, cfg_.embed_dim));
+  itm_head_ = register_module("itm_head", Dense(cfg_.text_width, 2));
+  // BertOnlyMLMHead: transform (dense, GELU, LayerNorm), then the decoder, whose weight is the
+  // word-embedding matrix (not registered again) and whose bias is its own parameter.
+  mlm_dense_ = register_module("mlm_dense", Dense(cfg_.text_width, cfg_.text_width));
+  mlm_norm_ = register_module("mlm_norm", layer_norm(cfg_.text_width, kBertLnEps));
+  mlm_bias_ = register_parameter("mlm_bias", torch::zeros({cfg_.vocab_size}));
+  temp_ = register_parameter("temp", torch::full({}, cfg_.temp));
+  init_weights(seed);
+}
+
+void AlbefImpl::init_weights(uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  // Own generator: the weights depend on `seed` only, not on what used the global RNG before.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  constexpr double kStd = 0.02;  // BERT initializer_range; timm's ViT trunc_normal_(std=.02)
+  for (const auto& m : modules(/*include_self=*/false)) {
+    if (auto* l = m->as<DenseImpl>()) {
+      trunc_normal_(l->weight, kStd, gen);
+      l->bias.zero_();
+    } else if (auto* e = m->as<BertEmbeddingsImpl>()) {
+      for (auto& p : e->parameters(/*recurse=*/false)) trunc_normal_(p, kStd, gen);
+    } else if (auto* n = m->as<torch::nn::LayerNormImpl>()) {
+      n->weight.fill_(1.0);
+      n->bias.zero_();
+    } else if (auto* c = m->as<torch::nn::Conv2dImpl>()) {
+      // PyTorch's Conv2d default (kaiming_uniform_ with a = sqrt(5)): U(±1/sqrt(fan_in)).
+      const double bound = 1.0 / std::sqrt(static_cast<double>(c->weight[0].numel()));
+      c->weight.uniform_(-bound, bound, gen);
+      c->bias.uniform_(-bound, bound, gen);
+    }
+  }
+  trunc_normal_(visual_->cls_token(), kStd, gen);
+  trunc_normal_(visual_->pos_embed(), kStd, gen);
+  mlm_bias_.zero_();
+  temp_.fill_(cfg_.temp);
+}
+
+torch::Tensor AlbefImpl::encode_image(const torch::Tensor& images) { return visual_(images); }
+
+torch::Tensor AlbefImpl::encode_text(const torch::Tensor& ids, const torch::Tensor& mask) {
+  FNVLP_CHECK(
+      ids.dim() == 2 && mask.sizes() == ids.sizes(),
+      "encode_text: expected ids and mask [B, L], got " << ids.sizes() << " and " << mask.sizes());
+  FNVLP_CHECK(ids.size(1) <= cfg_.max_len,
+              "encode_text: length " << ids.size(1) << " exceeds max_len " << cfg_.max_len);
+  FNVLP_CHECK(ids.scalar_type() == torch::kLong || ids.scalar_type() == torch::kInt,
+              "encode_text: ids must be int64 or int32, got " << ids.scalar_type());
+  auto x = embeddings_(ids.to(torch::kLong));
+  const auto m = additive_key_mask(mask, x.scalar_type());
+  for (auto& layer : text_layers_) x = layer(x, m);
+  return x;
+}
+
+torch::Tensor AlbefImpl::fuse(const torch::Tensor& text_hidden, const torch::Tensor& mask,
+                              const torch::Tensor& image_tokens) {
+  check_tokens(text_hidden, "fuse: text_hidden");
+  check_tokens(image_tokens, "fuse: image_tokens");
+  FNVLP_CHECK(
+      mask.dim() == 2 && mask.size(0) == text_hidden.size(0) &&
+          mask.size(1) == text_hidden.size(1) && image_tokens.size(0) == text_hidden.size(0),
+      "fuse: batch/length mismatch: text " << text_hidden.sizes() << ", mask " << mask.sizes()
+                                           << ", image " << image_tokens.sizes());
+  auto x = text_hidden;
+  const auto m = additive_key_mask(mask, x.scalar_type());
+  for (auto& layer : fusion_layers_) x = layer(x, m, image_tokens);
+  return x;
+}
+
+torch::Tensor AlbefImpl::image_embed(const torch::Tensor& image_tokens) {
+  check_tokens(image_tokens, "image_embed");
+  // ALBEF: F.normalize(vision_proj(image_embeds[:, 0, :]), dim=-1)
+  return torch::nn::functional::normalize(vision_proj_(image_tokens.select(1, 0)),
+                                          torch::nn::functional::NormalizeFuncOptions().dim(-1));
+}
+
+torch::Tensor AlbefImpl::text_embed(const torch::Tensor& text_hidden) {
+  check_tokens(text_hidden, "text_embed");
+  return torch::nn::functional::normalize(text_proj_(text_hidden.select(1, 0)),
+                                          torch::nn::functional::NormalizeFuncOptions().dim(-1));
+}
+
+torch::Tensor AlbefImpl::itm_logits(const torch::Tensor& fused) {
+  check_tokens(fused, "itm_logits");
+  return itm_head_(fused.select(1, 0));
+}
+
+torch::Tensor AlbefImpl::mlm_logits(const torch::Tensor& masked_hidden) {
+  FNVLP_CHECK(
+      masked_hidden.dim() >= 1 && masked_hidden.size(-1) == cfg_.text_width,
+      "mlm_logits: expected [..., " << cfg_.text_width << "], got " << masked_hidden.sizes());
+  const auto h = mlm_norm_(torch::gelu(mlm_dense_(masked_hidden)));
+  return torch::linear(h, mlm_decoder_weight(), mlm_bias_);
+}
+
+const torch::Tensor& AlbefImpl::mlm_decoder_weight() const {
+  return embeddings_->word_embeddings();
+}
+
+torch::Tensor AlbefImpl::temp() {
+  // ALBEF: `with torch.no_grad(): self.temp.clamp_(0.001, 0.5)` before each use. Clamping .data()
+  // changes no value inside the range and does not bump the autograd version counter, so calling
+  // temp() again after a loss already used it does not invalidate that loss's graph.
+  temp_.data().clamp_(cfg_.temp_min, cfg_.temp_max);
+  return temp_;
+}
+
+int64_t AlbefImpl::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------
+torch::Tensor normalize_images(const torch::Tensor& uint8_bhwc) {
+  FNVLP_CHECK(
+      uint8_bhwc.dim() == 4 && uint8_bhwc.size(3) == 3 && uint8_bhwc.scalar_type() == torch::kUInt8,
+      "normalize_images: expected uint8 [B, H, W, 3], got " << uint8_bhwc.scalar_type() << " "
+                                                            << uint8_bhwc.sizes());
+  // (p/255 - mean) / std = p * (1 / (255 std)) - mean / std, per channel (last axis here).
+  const double mean[3] = {0.48145466, 0.4578275, 0.40821073};
+  const double stdev[3] = {0.26862954, 0.26130258, 0.27577711};
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat).device(uint8_bhwc.device());
+  std::vector<float> scale(3), shift(3);
+  for (int c = 0; c < 3; ++c) {
+    scale[c] = static_cast<float>(1.0 / (255.0 * stdev[c]));
+    shift[c] = static_cast<float>(-mean[c] / stdev[c]);
+  }
+  auto x = torch::addcmul(torch::tensor(shift, opts), uint8_bhwc.to(torch::kFloat),
+                          torch::tensor(scale, opts));
+  return x.permute({0, 3, 1, 2}).contiguous();
+}
+
+}  // namespace fnvlp::model

@@ -1,0 +1,159 @@
+#pragma once
+// ALBEF-style vision-language model (Li et al., "Align before Fuse: Vision and Language
+// Representation Learning with Momentum Distillation", NeurIPS 2021; code: salesforce/ALBEF):
+//
+//   image  -> ViT (pre-norm)            -> image tokens [B, 1+P, Dv]  --vision_proj--> ITC
+//   embedding text   -> BERT text layers          -> text hidden  [B, L, Dt]    --text_proj---->
+//   ITC embedding (text hidden, image tokens) -> BERT fusion layers with cross-attention -> fused
+//   [B, L, Dt] fused[:, 0] -> ITM head (2 classes); fused at masked positions -> MLM head tied to
+//   embeddings
+//
+// The losses (loss/) and the momentum model (a second Albef) are built on these entry points; the
+// model itself computes no loss. Attention uses one fused QKV projection and batched matmuls over
+// all heads (no per-head loop), which is what matters for speed on CPU.
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "fnvlp/model/model_config.hpp"
+
+namespace fnvlp::model {
+
+// y = x W^T + b, W [out, in]: torch::nn::Linear without its constructor-time initialisation, which
+// AlbefImpl::init_weights would overwrite anyway (a second pass over ~200M weights for `base`).
+class DenseImpl : public torch::nn::Module {
+ public:
+  DenseImpl(int64_t in, int64_t out);
+  torch::Tensor forward(const torch::Tensor& x) { return torch::linear(x, weight, bias); }
+  torch::Tensor weight, bias;
+};
+TORCH_MODULE(Dense);
+
+// One pre-norm ViT block (ALBEF models/vit.py Block):
+//   x = x + Proj(MHA(LN1(x)));  x = x + FC2(GELU(FC1(LN2(x))))
+class VitBlockImpl : public torch::nn::Module {
+ public:
+  VitBlockImpl(int64_t width, int64_t heads, int64_t mlp_ratio);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  int64_t heads_;
+  torch::nn::LayerNorm norm1_{nullptr}, norm2_{nullptr};
+  Dense qkv_{nullptr}, proj_{nullptr}, fc1_{nullptr}, fc2_{nullptr};
+};
+TORCH_MODULE(VitBlock);
+
+// ViT: Conv2d patch embedding (kernel = stride = patch), [CLS] + learned positions, pre-norm
+// blocks, final LayerNorm. Output [B, 1 + P, width] with [CLS] first.
+class VisionTransformerImpl : public torch::nn::Module {
+ public:
+  explicit VisionTransformerImpl(const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& images);
+  torch::Tensor& cls_token() { return cls_token_; }
+  torch::Tensor& pos_embed() { return pos_embed_; }
+
+ private:
+  int64_t image_size_;
+  torch::nn::Conv2d patch_embed_{nullptr};
+  torch::Tensor cls_token_, pos_embed_;
+  torch::nn::ModuleList blocks_list_;
+  std::vector<VitBlock> blocks_;
+  torch::nn::LayerNorm norm_{nullptr};
+};
+TORCH_MODULE(VisionTransformer);
+
+// BERT embeddings: LN(word[id] + position[i] + token_type[0]), then dropout. ALBEF never passes
+// token types, so every token uses type 0 (kept for BERT checkpoint compatibility).
+class BertEmbeddingsImpl : public torch::nn::Module {
+ public:
+  explicit BertEmbeddingsImpl(const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& ids);
+  const torch::Tensor& word_embeddings() const { return word_; }
+
+ private:
+  double dropout_;
+  torch::Tensor word_, position_, token_type_;  // [vocab, w], [max_len, w], [2, w]
+  torch::nn::LayerNorm norm_{nullptr};
+};
+TORCH_MODULE(BertEmbeddings);
+
+// One BERT post-norm layer (ALBEF models/xbert.py BertLayer). With cross_width > 0 it is a fusion
+// layer and adds cross-attention between self-attention and the FFN:
+//   a = LN1(x + Drop(O1 MHA(x, x; text mask)))
+//   c = LNc(a + Drop(Oc MHA(a, image)))          fusion layers only; K/V project Dv -> Dt
+//   y = LN2(c + Drop(FC2(GELU(FC1(c)))))
+class BertLayerImpl : public torch::nn::Module {
+ public:
+  BertLayerImpl(int64_t width, int64_t heads, int64_t mlp_ratio, double dropout,
+                int64_t cross_width);
+  // additive_mask: [B,1,1,L] (0 for tokens, large negative for padding) or undefined.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& additive_mask,
+                        const torch::Tensor& image_tokens = {});
+  bool has_cross_attention() const { return !cross_q_.is_empty(); }
+
+ private:
+  int64_t heads_;
+  double dropout_;
+  Dense qkv_{nullptr}, attn_out_{nullptr};
+  torch::nn::LayerNorm attn_norm_{nullptr};
+  Dense cross_q_{nullptr}, cross_kv_{nullptr}, cross_out_{nullptr};
+  torch::nn::LayerNorm cross_norm_{nullptr};
+  Dense fc1_{nullptr}, fc2_{nullptr};
+  torch::nn::LayerNorm out_norm_{nullptr};
+};
+TORCH_MODULE(BertLayer);
+
+class AlbefImpl : public torch::nn::Module {
+ public:
+  // Weights are initialised from `seed` alone (own generator, global RNG state irrelevant):
+  // Linear/Embedding/[CLS]/positions ~ N(0, 0.02^2) truncated at ±2σ, biases 0, LayerNorm (1, 0),
+  // patch Conv2d as PyTorch's default (timm's PatchEmbed), temperature = cfg.temp.
+  explicit AlbefImpl(const ModelConfig& cfg, uint64_t seed = 0);
+
+  // images: float [B,3,H,W], already normalised -> image tokens [B, 1+P, vision_width].
+  torch::Tensor encode_image(const torch::Tensor& images);
+  // ids int64 (int32 accepted) [B,L], mask [B,L] (non-zero = token, any dtype) -> [B,L,text_width].
+  torch::Tensor encode_text(const torch::Tensor& ids, const torch::Tensor& mask);
+  // Fusion layers over text_hidden with cross-attention to image_tokens -> [B,L,text_width].
+  torch::Tensor fuse(const torch::Tensor& text_hidden, const torch::Tensor& mask,
+                     const torch::Tensor& image_tokens);
+  // L2-normalised projections of [CLS] (token 0) -> [B, embed_dim].
+  torch::Tensor image_embed(const torch::Tensor& image_tokens);
+  torch::Tensor text_embed(const torch::Tensor& text_hidden);
+  // ITM head on fused[:,0] -> [B,2] (class 1 = matched, as ALBEF's itm_labels).
+  torch::Tensor itm_logits(const torch::Tensor& fused);
+  // BERT MLM head: LN(GELU(W h + b)) E^T + bias with E the word embeddings (tied decoder). Apply it
+  // to the hidden states of masked positions only: [..., text_width] -> [..., vocab_size].
+  torch::Tensor mlm_logits(const torch::Tensor& masked_hidden);
+  // Learnable temperature, clamped in place to [temp_min, temp_max] as ALBEF does before each use.
+  // Returns the parameter itself (0-dim), so the ITC loss's gradient reaches it.
+  torch::Tensor temp();
+
+  const ModelConfig& config() const { return cfg_; }
+  int64_t num_parameters() const;
+  // The decoder weight of the MLM head: the very tensor of the word embeddings (tied).
+  const torch::Tensor& mlm_decoder_weight() const;
+  const torch::Tensor& word_embedding_weight() const { return mlm_decoder_weight(); }
+
+ private:
+  void init_weights(uint64_t seed);
+
+  ModelConfig cfg_;
+  VisionTransformer visual_{nullptr};
+  BertEmbeddings embeddings_{nullptr};
+  torch::nn::ModuleList text_list_, fusion_list_;
+  std::vector<BertLayer> text_layers_, fusion_layers_;
+  Dense vision_proj_{nullptr}, text_proj_{nullptr}, itm_head_{nullptr};
+  Dense mlm_dense_{nullptr};
+  torch::nn::LayerNorm mlm_norm_{nullptr};
+  torch::Tensor mlm_bias_, temp_;
+};
+TORCH_MODULE(Albef);
+
+// uint8 [B,H,W,3] (as stored in shards) -> float [B,3,H,W], x = (p/255 - mean_c) / std_c with
+// ALBEF's (CLIP's) mean (0.48145466, 0.4578275, 0.40821073), std (0.26862954, 0.26130258,
+// 0.27577711).
+torch::Tensor normalize_images(const torch::Tensor& uint8_bhwc);
+
+}  // namespace fnvlp::model

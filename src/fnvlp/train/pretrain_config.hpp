@@ -1,0 +1,110 @@
+#pragma once
+// The typed configuration of fnvlp-pretrain: jobs/configs/*.yaml + --set overrides resolve into
+// this struct (core/config.hpp); keys follow ALBEF's config names where one exists.
+#include <cstdint>
+#include <string>
+
+#include "fnvlp/data/augment.hpp"
+#include "fnvlp/model/model_config.hpp"
+#include "fnvlp/train/checkpoint.hpp"
+#include "fnvlp/train/watchdog.hpp"
+
+namespace fnvlp::train {
+
+struct OptimConfig {
+  double lr = 1e-4;  // ALBEF pretrain: 1e-4 peak, cosine to 1e-5, AdamW wd 0.02
+  double min_lr = 1e-5;
+  double weight_decay = 0.02;  // not applied to biases, LayerNorm and other 1-d parameters
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // max global L2 norm; 0 disables
+  int64_t warmup_steps = 100;
+  template <class V>
+  void fields(V& v) {
+    v("lr", lr);
+    v("min_lr", min_lr);
+    v("weight_decay", weight_decay);
+    v("beta1", beta1);
+    v("beta2", beta2);
+    v("eps", eps);
+    v("grad_clip", grad_clip);
+    v("warmup_steps", warmup_steps);
+  }
+};
+
+struct LossConfig {
+  double itc_weight = 1.0;
+  double itm_weight = 1.0;
+  double mlm_weight = 1.0;
+  double mlm_probability = 0.15;              // ALBEF 0.15; FALCON 0.5
+  std::string soft_targets = "pseudo";        // pseudo (GRIT/MAFA) | none
+  double soft_weight = 0.4;                   // ALBEF alpha
+  std::string itm_negatives = "multinomial";  // multinomial (ALBEF) | argmax (GRIT)
+  template <class V>
+  void fields(V& v) {
+    v("itc_weight", itc_weight);
+    v("itm_weight", itm_weight);
+    v("mlm_weight", mlm_weight);
+    v("mlm_probability", mlm_probability);
+    v("soft_targets", soft_targets);
+    v("soft_weight", soft_weight);
+    v("itm_negatives", itm_negatives);
+  }
+};
+
+struct TrainConfig {
+  int64_t batch_size = 32;  // per rank
+  int64_t epochs = 1;
+  int64_t max_steps = 0;  // > 0: stop after this many steps (overrides epochs)
+  int64_t seed = 42;
+  bool deterministic = true;  // fixed reduction order and per-step seeding: bitwise repeatable
+  int64_t threads = 1;        // libtorch intra-op threads per rank (DESIGN.md §5)
+  int64_t log_every = 10;
+  int64_t prefetch = 3;           // batches read ahead by the loader thread
+  bool export_embeddings = true;  // embeddings/epoch-EEE.h5 at every epoch end
+  int64_t export_batch = 256;
+  int64_t inject_nonfinite_step = -1;  // fault injection (tests): this step's loss becomes NaN
+  int64_t inject_nonfinite_rank = 0;
+  int64_t inject_stop_step = -1;  // fault injection (tests): rank 0 raises SIGUSR1 after this step
+  template <class V>
+  void fields(V& v) {
+    v("batch_size", batch_size);
+    v("epochs", epochs);
+    v("max_steps", max_steps);
+    v("seed", seed);
+    v("deterministic", deterministic);
+    v("threads", threads);
+    v("log_every", log_every);
+    v("prefetch", prefetch);
+    v("export_embeddings", export_embeddings);
+    v("export_batch", export_batch);
+    v("inject_nonfinite_step", inject_nonfinite_step);
+    v("inject_nonfinite_rank", inject_nonfinite_rank);
+    v("inject_stop_step", inject_stop_step);
+  }
+};
+
+struct PretrainConfig {
+  model::ModelConfig model;
+  data::AugmentConfig augment;
+  OptimConfig optim;
+  LossConfig loss;
+  TrainConfig train;
+  CheckpointConfig checkpoint;
+  WatchdogConfig watchdog;
+  NonFiniteConfig non_finite;
+  template <class V>
+  void fields(V& v) {
+    v("model", model);
+    v("augment", augment);
+    v("optim", optim);
+    v("loss", loss);
+    v("train", train);
+    v("checkpoint", checkpoint);
+    v("watchdog", watchdog);
+    v("non_finite", non_finite);
+  }
+};
+
+}  // namespace fnvlp::train

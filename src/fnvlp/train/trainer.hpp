@@ -1,0 +1,22 @@
+#pragma once
+// fnvlp-pretrain's loop: ALBEF-style ITC + ITM + MLM, data parallel over Comm, with the run
+// directory, checkpoints, preemption, watchdog and non-finite guards of DESIGN.md §2-3.
+#include <string>
+
+#include "fnvlp/comm/comm.hpp"
+#include "fnvlp/train/pretrain_config.hpp"
+
+namespace fnvlp::train {
+
+struct PretrainOptions {
+  std::string data_dir;     // sharded dataset (fnvlp-shard output)
+  std::string run_dir;      // RUN/
+  std::string resume;       // "" (fresh), "auto" (newest committed checkpoint, if any), or a dir
+  std::string config_yaml;  // the resolved config, written to RUN/config.yaml
+};
+
+// Collective. Returns the process exit code: 0 when training finished, kExitRequeue after a
+// preemption checkpoint. Failures throw (CollectiveError when every rank knows).
+int run_pretraining(const Comm& comm, const PretrainConfig& cfg, const PretrainOptions& opt);
+
+}  // namespace fnvlp::train

@@ -1,0 +1,139 @@
+#include "fnvlp/train/watchdog.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace fnvlp::train {
+
+Watchdog::Watchdog(const Comm& comm, double timeout_s)
+    : Watchdog(comm.rank(), timeout_s, [&comm](int code) { comm.abort(code); }) {}
+
+Watchdog::Watchdog(int rank, double timeout_s, AbortFn abort_fn)
+    : rank_(rank), timeout_s_(timeout_s), abort_fn_(std::move(abort_fn)), limit_s_(timeout_s) {
+  FNVLP_CHECK(abort_fn_, "watchdog needs an abort function");
+  last_beat_ = Clock::now();
+  if (enabled()) thread_ = std::thread([this] { run(); });
+}
+
+Watchdog::~Watchdog() { stop(); }
+
+void Watchdog::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Watchdog::set_abort_grace(double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  abort_grace_s_ = seconds;
+}
+
+bool Watchdog::fired() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return fired_;
+}
+
+void Watchdog::beat(int64_t step, const std::string& phase) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  last_beat_ = Clock::now();
+  step_ = step;
+  phase_ = phase;
+}
+
+Watchdog::Scope Watchdog::long_phase(const std::string& phase, double timeout_s) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Scope scope(this, limit_s_, phase_);
+  limit_s_ = std::max(0.0, timeout_s);
+  last_beat_ = Clock::now();
+  phase_ = phase;
+  return scope;
+}
+
+Watchdog::Scope::~Scope() {
+  if (!dog_) return;
+  std::lock_guard<std::mutex> lock(dog_->mutex_);
+  dog_->limit_s_ = saved_limit_;
+  dog_->phase_ = std::move(saved_phase_);
+  dog_->last_beat_ = Clock::now();
+}
+
+void Watchdog::run() {
+  // Polls a few times per current limit (at most every second): the check is cheap, and stop()
+  // wakes the thread at once through the condition variable.
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    const double limit = limit_s_ > 0 ? std::min(limit_s_, timeout_s_) : timeout_s_;
+    cv_.wait_for(lock, std::chrono::duration<double>(std::clamp(limit / 8, 0.01, 1.0)));
+    if (stopping_) break;
+    const double idle = std::chrono::duration<double>(Clock::now() - last_beat_).count();
+    if (limit_s_ > 0 && idle > limit_s_) {
+      fired_ = true;
+      const double limit = limit_s_;
+      const int64_t step = step_;
+      const std::string phase = phase_;
+      lock.unlock();
+      fire(idle, limit, step, phase);
+      return;
+    }
+  }
+}
+
+void Watchdog::fire(double idle_s, double limit_s, int64_t step, const std::string& phase) {
+  spdlog::critical(
+      "watchdog: rank {} made no progress for {:.1f} s (limit {:.1f} s); last reported step {}, "
+      "phase '{}'; aborting the job with exit code {}",
+      rank_, idle_s, limit_s, step, phase, kExitWatchdog);
+  spdlog::default_logger()->flush();
+  double grace = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    grace = abort_grace_s_;
+  }
+  // Last resort should the abort hang: this rank exits, and the launcher ends its peers.
+  std::thread([grace] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(grace));
+    std::fprintf(stderr, "watchdog: abort did not end the process; exiting with code %d\n",
+                 kExitWatchdog);
+    std::fflush(stderr);
+    std::_Exit(kExitWatchdog);
+  }).detach();
+  abort_fn_(kExitWatchdog);
+}
+
+// --- non-finite loss guard ----------------------------------------------------------------------
+
+bool all_finite(const Comm& comm, double local_loss) {
+  return comm.all_ok(std::isfinite(local_loss));
+}
+
+SkipCounter::SkipCounter(int64_t max_consecutive) : max_consecutive_(max_consecutive) {
+  FNVLP_CHECK(max_consecutive >= 1,
+              "non-finite guard: max_consecutive must be >= 1, got " << max_consecutive);
+}
+
+void SkipCounter::record(bool skipped, int64_t step) {
+  if (!skipped) {
+    consecutive_ = 0;
+    return;
+  }
+  ++total_;
+  ++consecutive_;
+  spdlog::warn(
+      "step {}: non-finite loss on at least one rank; optimizer step skipped ({} in a row, "
+      "{} in total)",
+      step, consecutive_, total_);
+  if (consecutive_ >= max_consecutive_)
+    throw CollectiveError("non-finite loss for " + std::to_string(consecutive_) +
+                          " consecutive steps (last: step " + std::to_string(step) +
+                          "; limit max_consecutive = " + std::to_string(max_consecutive_) +
+                          "): training diverged");
+}
+
+}  // namespace fnvlp::train

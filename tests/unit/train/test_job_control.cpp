@@ -1,0 +1,297 @@
+// Job control: run directory files, metrics truncation on resume, stop signals, the watchdog (in a
+// forked child, since it ends its process) and the non-finite loss guard.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <thread>
+
+#include "fnvlp/comm/comm.hpp"
+#include "fnvlp/core/log.hpp"
+#include "fnvlp/train/run_dir.hpp"
+#include "fnvlp/train/signals.hpp"
+#include "fnvlp/train/watchdog.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace fnvlp::train;
+
+namespace {
+
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/fnvlp_jobctl_" + name;
+  fs::remove_all(dir);
+  return dir;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<json> read_jsonl(const std::string& path) {
+  std::vector<json> out;
+  std::istringstream in(slurp(path));
+  std::string line;
+  while (std::getline(in, line)) out.push_back(json::parse(line));
+  return out;
+}
+
+// --- run directory ------------------------------------------------------------------------------
+
+TEST(RunDir, CreatesTheLayoutAndWritesConfigAndSummary) {
+  fnvlp::Comm comm;
+  const std::string path = fresh_dir("run");
+  RunDir run(path + "/", comm);
+  EXPECT_EQ(run.path(), path);
+  for (const auto& d : {run.logs_dir(), run.checkpoints_dir(), run.embeddings_dir()})
+    EXPECT_TRUE(fs::is_directory(d)) << d;
+  EXPECT_EQ(run.embeddings_path(3), path + "/embeddings/epoch-003.h5");
+
+  run.write_config("model: tiny\nbatch_size: 8\n");
+  EXPECT_EQ(slurp(run.config_path()), "model: tiny\nbatch_size: 8\n");
+  EXPECT_FALSE(fs::exists(run.config_path() + ".tmp"));
+
+  RunSummary s;
+  s.status = RunStatus::kPreempted;
+  s.exit_code = kExitRequeue;
+  s.steps = 120;
+  s.samples = 960;
+  s.seconds = 4.0;
+  s.skipped_steps = 2;
+  s.final_metrics = {{"itc", 1.25}};
+  s.extra = {{"resumed_from", 100}};
+  run.write_summary(s);
+  const json j = json::parse(slurp(run.summary_path()));
+  EXPECT_EQ(j["status"], "preempted");
+  EXPECT_EQ(j["exit_code"], 3);
+  EXPECT_EQ(j["steps"], 120);
+  EXPECT_DOUBLE_EQ(j["samples_per_second"].get<double>(), 240.0);
+  EXPECT_EQ(j["skipped_steps"], 2);
+  EXPECT_EQ(j["final_metrics"]["itc"], 1.25);
+  EXPECT_EQ(j["resumed_from"], 100);
+  EXPECT_EQ(j["world_size"], comm.size());
+  EXPECT_FALSE(j.contains("error"));
+
+  s.status = RunStatus::kFailed;
+  s.error = "boom";
+  run.write_summary(s);
+  EXPECT_EQ(json::parse(slurp(run.summary_path()))["error"], "boom");
+}
+
+TEST(RunDir, UncreatableDirectoryIsACollectiveError) {
+  fnvlp::Comm comm;
+  const std::string file = fresh_dir("blocker");
+  std::ofstream(file) << "a file where the run directory should go";
+  EXPECT_THROW(RunDir(file + "/run", comm), fnvlp::CollectiveError);
+}
+
+TEST(MetricsWriter, NewRunStartsEmptyAndFlushesEachLine) {
+  fnvlp::Comm comm;
+  const std::string path = fresh_dir("metrics_new") + ".jsonl";
+  std::ofstream(path) << R"({"step": 1, "old": true})"
+                      << "\n";
+  MetricsWriter w(path, comm);
+  EXPECT_EQ(slurp(path), "");
+  w.write({{"step", 1}, {"loss", 2.5}});
+  // Visible before close: a killed job keeps every completed line.
+  const auto lines = read_jsonl(path);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["loss"], 2.5);
+  EXPECT_THROW(w.write({{"loss", 1.0}}), fnvlp::Error);  // no step
+  w.close();
+}
+
+TEST(MetricsWriter, ResumeDropsLaterStepsAndTornLines) {
+  fnvlp::Comm comm;
+  const std::string path = fresh_dir("metrics_resume") + ".jsonl";
+  {
+    MetricsWriter w(path, comm);
+    for (int s = 10; s <= 50; s += 10) w.write({{"step", s}, {"loss", 1.0 / s}});
+  }
+  std::ofstream(path, std::ios::app) << R"({"step": 60, "lo)";  // killed mid-line
+  {
+    MetricsWriter w(path, comm, /*resume_step=*/30);
+    EXPECT_EQ(w.dropped_on_resume(), 3);  // 40, 50 and the torn 60
+    w.write({{"step", 40}, {"loss", 0.0}});
+  }
+  const auto lines = read_jsonl(path);
+  ASSERT_EQ(lines.size(), 4u);
+  std::vector<int> steps;
+  for (const auto& l : lines) steps.push_back(l["step"].get<int>());
+  EXPECT_EQ(steps, (std::vector<int>{10, 20, 30, 40}));
+  EXPECT_EQ(lines[3]["loss"], 0.0);
+  // Resuming where no file exists yet starts one.
+  const std::string fresh = fresh_dir("metrics_none") + ".jsonl";
+  MetricsWriter w(fresh, comm, 5);
+  EXPECT_TRUE(fs::exists(fresh));
+}
+
+// --- signals ------------------------------------------------------------------------------------
+
+TEST(StopRequest, SignalsSetTheFlagAndRanksAgree) {
+  fnvlp::Comm comm;
+  struct sigaction before {};
+  sigaction(SIGUSR1, nullptr, &before);
+  StopRequest::install();
+  StopRequest::install();  // idempotent
+  EXPECT_TRUE(StopRequest::installed());
+  StopRequest::clear();
+  EXPECT_FALSE(StopRequest::pending());
+  EXPECT_FALSE(agree_stop(comm));
+
+  StopRequest::raise_for_test(SIGUSR1);
+  EXPECT_TRUE(StopRequest::pending());
+  EXPECT_EQ(StopRequest::signal_number(), SIGUSR1);
+  EXPECT_TRUE(agree_stop(comm));
+
+  StopRequest::clear();
+  StopRequest::raise_for_test(SIGTERM);  // scancel: the process survives, the flag is set
+  EXPECT_EQ(StopRequest::signal_number(), SIGTERM);
+  EXPECT_TRUE(agree_stop(comm));
+  StopRequest::clear();
+
+  StopRequest::uninstall();
+  EXPECT_FALSE(StopRequest::installed());
+  struct sigaction now {};
+  sigaction(SIGUSR1, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, before.sa_handler);  // the previous handler is back
+}
+
+// --- watchdog -----------------------------------------------------------------------------------
+
+struct ChildResult {
+  int exit_code = -1;
+  double seconds = 0;
+  std::string stderr_text;
+};
+
+// Runs `body` in a forked child with stderr captured; the child never touches MPI.
+ChildResult run_in_child(const std::string& name, const std::function<void()>& body) {
+  const std::string err = fresh_dir(name) + ".stderr";
+  const auto t0 = std::chrono::steady_clock::now();
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = std::freopen(err.c_str(), "w", stderr);
+    if (!f) std::_Exit(99);
+    body();
+    std::_Exit(0);
+  }
+  ChildResult r;
+  int status = 0;
+  EXPECT_EQ(waitpid(pid, &status, 0), pid);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.stderr_text = slurp(err);
+  return r;
+}
+
+TEST(Watchdog, FiresOnAStalledRankWithItsExitCodeRankAndStep) {
+  const std::string logs = fresh_dir("wd_logs");
+  const ChildResult r = run_in_child("wd_fire", [&] {
+    fnvlp::log::init(3, 4, logs);
+    Watchdog dog(3, 0.3, [](int code) {
+      std::fflush(nullptr);
+      std::_Exit(code);
+    });
+    for (int64_t step = 1; step <= 42; ++step) dog.beat(step, "forward");
+    std::this_thread::sleep_for(std::chrono::seconds(10));  // the stall
+  });
+  EXPECT_EQ(r.exit_code, kExitWatchdog);
+  EXPECT_LT(r.seconds, 5.0);
+  const std::string log = slurp(logs + "/rank-3.log");
+  for (const std::string& text : {log, r.stderr_text}) {
+    EXPECT_NE(text.find("watchdog: rank 3 made no progress"), std::string::npos) << text;
+    EXPECT_NE(text.find("last reported step 42, phase 'forward'"), std::string::npos) << text;
+  }
+}
+
+TEST(Watchdog, ExitsEvenWhenTheAbortHangs) {
+  const ChildResult r = run_in_child("wd_hang", [] {
+    fnvlp::log::init(0, 1);
+    Watchdog dog(0, 0.2, [](int) { std::this_thread::sleep_for(std::chrono::seconds(30)); });
+    dog.set_abort_grace(0.2);
+    dog.beat(7, "allreduce");
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+  });
+  EXPECT_EQ(r.exit_code, kExitWatchdog);
+  EXPECT_LT(r.seconds, 5.0);
+  EXPECT_NE(r.stderr_text.find("abort did not end the process"), std::string::npos)
+      << r.stderr_text;
+}
+
+TEST(Watchdog, QuietWhileBeatingAndDuringLongPhasesAndStopsPromptly) {
+  std::atomic<int> fired{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    Watchdog dog(0, 0.5, [&](int) { fired++; });
+    for (int i = 0; i < 20; ++i) {  // 1 s of steps, each well inside the timeout
+      dog.beat(i, "step");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    {
+      auto save = dog.long_phase("checkpoint save");  // disarmed
+      std::this_thread::sleep_for(std::chrono::milliseconds(900));
+    }
+    {
+      auto save = dog.long_phase("checkpoint save", 5.0);  // a longer limit
+      std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // re-armed with a fresh beat
+    EXPECT_FALSE(dog.fired());
+  }
+  EXPECT_EQ(fired.load(), 0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 4.0);
+
+  // A long phase with its own limit still catches a hang inside it.
+  Watchdog dog(0, 10.0, [&](int code) { fired = code; });
+  {
+    auto save = dog.long_phase("checkpoint save", 0.2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  }
+  EXPECT_TRUE(dog.fired());
+  EXPECT_EQ(fired.load(), kExitWatchdog);
+
+  Watchdog off(0, 0, [&](int) { fired = -1; });  // disabled: no thread at all
+  EXPECT_FALSE(off.enabled());
+}
+
+// --- non-finite guard ---------------------------------------------------------------------------
+
+TEST(NonFiniteGuard, AgreesAndCountsConsecutiveSkips) {
+  fnvlp::Comm comm;
+  EXPECT_TRUE(all_finite(comm, 1.5));
+  EXPECT_FALSE(all_finite(comm, std::numeric_limits<double>::quiet_NaN()));
+  EXPECT_FALSE(all_finite(comm, std::numeric_limits<double>::infinity()));
+  // One rank's NaN is every rank's skip.
+  EXPECT_EQ(all_finite(comm, comm.rank() == comm.size() - 1 ? NAN : 0.0), false);
+
+  SkipCounter skips(3);
+  skips.record(true, 1);
+  skips.record(true, 2);
+  skips.record(false, 3);  // a good step resets the run
+  skips.record(true, 4);
+  skips.record(true, 5);
+  EXPECT_EQ(skips.total(), 4);
+  EXPECT_EQ(skips.consecutive(), 2);
+  try {
+    skips.record(true, 6);
+    FAIL() << "no error after 3 consecutive skips";
+  } catch (const fnvlp::CollectiveError& e) {
+    EXPECT_NE(std::string(e.what()).find("3 consecutive steps (last: step 6"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(SkipCounter(0), fnvlp::Error);
+}
+
+}  // namespace
