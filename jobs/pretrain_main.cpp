@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
       ("config", "YAML config (jobs/configs/*.yaml)", cxxopts::value(config_path))
       ("data", "sharded dataset directory (fnvlp-shard)", cxxopts::value(opt.data_dir))
       ("out", "run directory", cxxopts::value(opt.run_dir))
+      ("val", "held-out shards: zero-shot retrieval at every epoch end", cxxopts::value(opt.val_dir))
       ("set", "override a config key: --set train.batch_size=64 (repeatable)",
        cxxopts::value(overrides))
       ("resume", "auto (newest committed checkpoint) or a checkpoint directory",

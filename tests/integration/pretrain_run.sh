@@ -4,7 +4,10 @@
 #  2. a run stopped at a step (injected SIGUSR1 on rank 0, and a real SIGUSR1 sent to mpirun)
 #     checkpoints, exits with the requeue code 3, and resumed with --resume auto reproduces the
 #     uninterrupted run's losses bitwise (deterministic mode);
-#  3. a non-finite loss on one rank makes every rank skip that step, and it is counted.
+#  3. a non-finite loss on one rank makes every rank skip that step, and it is counted;
+#  4. SIGKILL of every rank while checkpoints are being written leaves a committed checkpoint
+#     that --resume auto continues from, bitwise equal again;
+#  5. an exception on one rank ends every rank non-zero, promptly (no hang).
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
 work=$(mktemp -d "${TMPDIR:-/tmp}/fnvlp_pretrain.XXXXXX")
@@ -55,6 +58,33 @@ echo "== non-finite loss on rank 1 at step 4"
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/e" \
   --set train.inject_nonfinite_step=4 --set train.inject_nonfinite_rank=1
 
+echo "== SIGKILL of every rank mid-run (a checkpoint every step), then resume"
+"${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/f" --set checkpoint.every_steps=1 &
+pid=$!
+for _ in $(seq 1 600); do
+  [ -f "$work/f/metrics.jsonl" ] && [ "$(wc -l <"$work/f/metrics.jsonl")" -ge 6 ] && break
+  sleep 0.1
+done
+pkill -9 -f "fnvlp-pretrain.*$work/f" || true
+kill -9 "$pid" 2>/dev/null || true
+wait "$pid" 2>/dev/null || true
+ls -l "$work/f/checkpoints"
+"${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/f" --set checkpoint.every_steps=1 --resume auto
+
+echo "== an exception on rank 1 at step 3 ends every rank"
+t0=$(date +%s)
+set +e
+timeout 120 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/g" \
+  --set train.inject_throw_step=3 --set train.inject_throw_rank=1
+rc=$?
+set -e
+elapsed=$(( $(date +%s) - t0 ))
+[ "$rc" -ne 0 ] || fail "a rank failed but the job exited 0"
+[ "$rc" -ne 124 ] || fail "the job hung after a rank failed"
+[ "$elapsed" -lt 30 ] || fail "the job took ${elapsed}s to end after a rank failed"
+grep -q "injected failure at step 3" "$work/g/logs/rank-1.log" || fail "rank 1's log lacks the failure"
+echo "job ended with exit $rc in ${elapsed}s (start-up included)"
+
 /usr/bin/python3 - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]
@@ -68,6 +98,8 @@ assert sorted(a) == list(range(1, 15)), sorted(a)
 assert a == b, "resumed run differs: " + str([(s, a[s], b.get(s)) for s in a if a[s] != b.get(s)][:3])
 c, d = metrics("c"), metrics("d")
 assert c == d, "signal-resumed run differs: " + str([(s, c[s], d.get(s)) for s in d if c.get(s) != d[s]][:3])
+f = metrics("f")
+assert f == a, "run resumed after SIGKILL differs: " + str([(s, a[s], f.get(s)) for s in a if a[s] != f.get(s)][:3])
 sa = json.load(open(w + "/a/summary.json"))
 assert sa["status"] == "completed" and sa["steps"] == 14, sa
 e = json.load(open(w + "/e/summary.json"))

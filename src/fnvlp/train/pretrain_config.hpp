@@ -37,9 +37,12 @@ struct LossConfig {
   double itc_weight = 1.0;
   double itm_weight = 1.0;
   double mlm_weight = 1.0;
-  double mlm_probability = 0.15;              // ALBEF 0.15; FALCON 0.5
-  std::string soft_targets = "pseudo";        // pseudo (GRIT/MAFA) | none
-  double soft_weight = 0.4;                   // ALBEF alpha
+  double mlm_probability = 0.15;        // ALBEF 0.15; FALCON 0.5
+  std::string soft_targets = "pseudo";  // pseudo (GRIT/MAFA) | none
+  double soft_weight = 0.4;             // ALBEF alpha
+  // ALBEF ramps alpha from 0 over the first epoch (alpha * min(1, i / len(loader))): soft targets
+  // of an untrained model are near uniform and hold the ITC loss near chance. -1: one epoch.
+  int64_t soft_warmup_steps = -1;
   std::string itm_negatives = "multinomial";  // multinomial (ALBEF) | argmax (GRIT)
   template <class V>
   void fields(V& v) {
@@ -49,6 +52,7 @@ struct LossConfig {
     v("mlm_probability", mlm_probability);
     v("soft_targets", soft_targets);
     v("soft_weight", soft_weight);
+    v("soft_warmup_steps", soft_warmup_steps);
     v("itm_negatives", itm_negatives);
   }
 };
@@ -66,7 +70,9 @@ struct TrainConfig {
   int64_t export_batch = 256;
   int64_t inject_nonfinite_step = -1;  // fault injection (tests): this step's loss becomes NaN
   int64_t inject_nonfinite_rank = 0;
-  int64_t inject_stop_step = -1;  // fault injection (tests): rank 0 raises SIGUSR1 after this step
+  int64_t inject_stop_step = -1;   // fault injection (tests): rank 0 raises SIGUSR1 after this step
+  int64_t inject_throw_step = -1;  // fault injection (tests): one rank throws at this step
+  int64_t inject_throw_rank = 0;
   template <class V>
   void fields(V& v) {
     v("batch_size", batch_size);
@@ -82,6 +88,8 @@ struct TrainConfig {
     v("inject_nonfinite_step", inject_nonfinite_step);
     v("inject_nonfinite_rank", inject_nonfinite_rank);
     v("inject_stop_step", inject_stop_step);
+    v("inject_throw_step", inject_throw_step);
+    v("inject_throw_rank", inject_throw_rank);
   }
 };
 

@@ -15,6 +15,7 @@
 #include "fnvlp/data/embeddings.hpp"
 #include "fnvlp/data/prefetch.hpp"
 #include "fnvlp/data/sampler.hpp"
+#include "fnvlp/eval/retrieval.hpp"
 #include "fnvlp/loss/itc.hpp"
 #include "fnvlp/loss/itm.hpp"
 #include "fnvlp/loss/mlm.hpp"
@@ -70,6 +71,7 @@ class Trainer {
         ckpt_(run_, comm, cfg.checkpoint),
         skips_(cfg.non_finite.max_consecutive) {
     cfg_.model.validate();
+    if (!opt.val_dir.empty()) val_ = std::make_unique<data::PairDataset>(opt.val_dir);
     FNVLP_CHECK(dataset_.max_len() <= cfg_.model.max_len,
                 opt.data_dir << ": captions of " << dataset_.max_len()
                              << " tokens exceed model.max_len " << cfg_.model.max_len);
@@ -138,7 +140,7 @@ class Trainer {
       // Epochs end on an agreed step count, never on one rank's loader running dry: blocks may
       // differ by a pair, and a rank alone at an epoch end would deadlock the collectives.
       if (step_in_epoch_ == steps_per_epoch_) {
-        finish_epoch(dog);
+        finish_epoch(dog, metrics);
         loader.start_epoch(++epoch_);
         step_in_epoch_ = 0;
         continue;
@@ -181,7 +183,8 @@ class Trainer {
         save_checkpoint(dog, sampler_state);
     }
     if (status == RunStatus::kCompleted) {
-      if (last_exported_epoch_ < epoch_ && cfg_.train.export_embeddings) export_embeddings(dog);
+      if (last_exported_epoch_ < epoch_ && cfg_.train.export_embeddings)
+        export_embeddings(dog, metrics);
       save_checkpoint(dog, loader.state());
     }
     dog.stop();
@@ -217,6 +220,9 @@ class Trainer {
     // Dropout draws from torch's global generator: reseed it per step for exact resumes.
     torch::manual_seed(data::hash_key(
         {seed, static_cast<uint64_t>(step_), static_cast<uint64_t>(comm_.rank()), 0}));
+    FNVLP_CHECK(
+        !(step_ == cfg_.train.inject_throw_step && comm_.rank() == cfg_.train.inject_throw_rank),
+        "injected failure at step " << step_ << " (train.inject_throw_step)");
     auto aug_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 1);
     const torch::Tensor images = augment_.train(batch.images, aug_gen);
     const torch::Tensor ids = batch.tokens, mask = batch.attention_mask;
@@ -236,7 +242,11 @@ class Trainer {
     in.image_id = batch.image_id;
     in.image_id_all = allgather_ids(batch.image_id);
     in.soft = loss::parse_soft_targets(cfg_.loss.soft_targets);
-    in.soft_weight = cfg_.loss.soft_weight;
+    const int64_t ramp =
+        cfg_.loss.soft_warmup_steps < 0 ? steps_per_epoch_ : cfg_.loss.soft_warmup_steps;
+    in.soft_weight =
+        cfg_.loss.soft_weight *
+        (ramp > 0 ? std::min(1.0, static_cast<double>(step_) / static_cast<double>(ramp)) : 1.0);
     in.cross_rank_grad = comm_.size() > 1;
     const loss::ItcResult itc = loss::itc_loss(in);
 
@@ -332,24 +342,24 @@ class Trainer {
           step_, epoch_, v[0], v[1], v[2], last_lr_, sps, sps / comm_.size(), eta, 100 * v[4]);
   }
 
-  void finish_epoch(Watchdog& dog) {
-    if (cfg_.train.export_embeddings) export_embeddings(dog);
+  void finish_epoch(Watchdog& dog, MetricsWriter& metrics) {
+    if (cfg_.train.export_embeddings) export_embeddings(dog, metrics);
   }
 
-  // Embeddings of every pair (no augmentation): each rank encodes its block, rank 0 writes them in
-  // pair_id order.
-  void export_embeddings(Watchdog& dog) {
-    auto guard = dog.long_phase("export embeddings");
+  // Embeddings of every pair of `ds` (no augmentation): each rank encodes its block, every rank
+  // receives them all in pair_id order (blocks are contiguous and in rank order).
+  data::Embeddings embed_dataset(const data::PairDataset& ds) {
     torch::NoGradGuard no_grad;
     model_->eval();
-    const data::PairRange block = partition_.block(comm_.rank());
+    const data::BlockPartition part(ds.num_pairs(), comm_.size());
+    const data::PairRange block = part.block(comm_.rank());
     std::vector<float> img, txt;
     std::vector<int64_t> pid, iid, lab;
     for (int64_t first = block.begin; first < block.end; first += cfg_.train.export_batch) {
       std::vector<int64_t> ids;
       for (int64_t p = first; p < std::min(block.end, first + cfg_.train.export_batch); ++p)
         ids.push_back(p);
-      const data::Batch b = dataset_.read(ids);
+      const data::Batch b = ds.read(ids);
       const auto x = augment_.eval(b.images);
       const auto ie = model_->image_embed(model_->encode_image(x)).contiguous();
       const auto te =
@@ -359,25 +369,50 @@ class Trainer {
       pid.insert(pid.end(), ids.begin(), ids.end());
       iid.insert(iid.end(), b.image_id.data_ptr<int64_t>(),
                  b.image_id.data_ptr<int64_t>() + b.size());
-      const auto l = b.label.to(torch::kLong);
+      const auto l = b.label.to(torch::kLong).contiguous();
       lab.insert(lab.end(), l.data_ptr<int64_t>(), l.data_ptr<int64_t>() + b.size());
     }
+    model_->train();
     data::Embeddings e;
     e.epoch = epoch_;
     e.step = step_;
     e.dim = cfg_.model.embed_dim;
-    // Blocks are contiguous and in rank order, so rank order is pair_id order.
     e.image_emb = comm_.allgatherv(img);
     e.text_emb = comm_.allgatherv(txt);
     e.pair_id = comm_.allgatherv(pid);
     e.image_id = comm_.allgatherv(iid);
     const auto labels = comm_.allgatherv(lab);
     e.label.assign(labels.begin(), labels.end());
+    return e;
+  }
+
+  void export_embeddings(Watchdog& dog, MetricsWriter& metrics) {
+    auto guard = dog.long_phase("export embeddings");
+    const data::Embeddings e = embed_dataset(dataset_);
     comm_.collective([&] {
       if (comm_.is_root()) data::write_embeddings(run_.embeddings_path(epoch_), e);
     });
     last_exported_epoch_ = epoch_;
-    model_->train();
+    if (!val_) return;
+    // Zero-shot ITC retrieval on held-out pairs: the learning signal a user watches.
+    const data::Embeddings v = embed_dataset(*val_);
+    const auto r = eval::retrieval_from_embeddings(v.image_emb, v.text_emb, v.dim, v.image_id);
+    json rec = r.to_json("val_");
+    rec["step"] = step_;
+    rec["epoch"] = epoch_;
+    rec["val_pairs"] = v.size();
+    metrics.write(rec);
+    if (comm_.is_root())
+      spdlog::info(
+          "val epoch={} txt_r1={:.1f} txt_r5={:.1f} img_r1={:.1f} img_r5={:.1f} r_mean={:.1f} "
+          "({} pairs, ITC only)",
+          epoch_, r.txt_r1, r.txt_r5, r.img_r1, r.img_r5, r.r_mean(), v.size());
+    comm_.collective([&] {
+      if (comm_.is_root())
+        data::write_embeddings(run_.embeddings_dir() + "/val-" +
+                                   fs::path(run_.embeddings_path(epoch_)).filename().string(),
+                               v);
+    });
   }
 
   void save_checkpoint(Watchdog& dog, const json& sampler_state) {
@@ -431,6 +466,7 @@ class Trainer {
 
   const Comm& comm_;
   PretrainConfig cfg_;
+  std::unique_ptr<data::PairDataset> val_;
   PretrainOptions opt_;
   RunDir run_;
   data::PairDataset dataset_;

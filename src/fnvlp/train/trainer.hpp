@@ -13,6 +13,7 @@ struct PretrainOptions {
   std::string run_dir;      // RUN/
   std::string resume;       // "" (fresh), "auto" (newest committed checkpoint, if any), or a dir
   std::string config_yaml;  // the resolved config, written to RUN/config.yaml
+  std::string val_dir;      // optional held-out shards: zero-shot ITC retrieval at every export
 };
 
 // Collective. Returns the process exit code: 0 when training finished, kExitRequeue after a

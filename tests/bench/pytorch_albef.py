@@ -1,0 +1,500 @@
+#!/usr/bin/env python3
+"""The PyTorch baseline of fnvlp-pretrain (issue 3), written as a user would with Debian's
+python3-torch 1.13 (no torchvision: the transforms are a few lines of PIL and torch).
+
+Same computation as one step of src/fnvlp/train/trainer.cpp on one rank:
+  * model (src/fnvlp/model/albef.cpp): ViT with pre-norm blocks (fused qkv, timm/ALBEF vit.py),
+    BERT embeddings + post-norm text layers, fusion layers with cross-attention to the image
+    tokens, [CLS] projections to embed_dim, ITM head, MLM head tied to the word embeddings;
+    sizes from jobs/configs/{tiny,small}.yaml (the `model:` keys);
+  * ITC against the batch with a learnable clamped temperature and GRIT/MAFA pseudo-soft targets
+    (target = 0.6 * hard(image_id) + 0.4 * softmax of the partner direction's detached logits);
+  * ITM on b positives + 2b hard negatives drawn by multinomial from the ITC similarities (ALBEF),
+    never a pair sharing the image_id;
+  * MLM with BERT 80/10/10 masking at probability 0.15, vocabulary logits at masked positions only;
+  * loss = itc + itm + mlm, AdamW (weight decay 0.02 on >= 2-d parameters), warm-up + cosine
+    learning rate, gradient clipping at norm 1.
+
+Modes:
+  --mode compute  times --steps steps after --warmup steps on one fixed in-memory batch (pairs
+                  0..B-1 of a shard directory read with h5py: the very bytes bench_step reads);
+  --mode epoch    trains through a torch.utils.data.DataLoader over the Flickr8k-128 JPEGs (PIL
+                  decode, random resized crop 0.5-1.0 + horizontal flip + normalisation, WordPiece
+                  via tests/bench/wordpiece.py): samples/s over --steps steps (0: one epoch),
+                  timed after the first --skip steps (DataLoader start-up excluded, as a long
+                  epoch amortises it).
+Prints one JSON line with the figures.
+"""
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from PIL import Image
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wordpiece import WordPiece  # noqa: E402
+
+PAD, CLS, SEP, MASK = 0, 101, 102, 103
+MEAN = (0.48145466, 0.4578275, 0.40821073)
+STD = (0.26862954, 0.26130258, 0.27577711)
+
+# fnvlp's defaults (src/fnvlp/train/pretrain_config.hpp, data/augment.hpp); a config's own
+# optim/loss/train/augment keys override them.
+DEFAULTS = {
+    "optim": {"lr": 1e-4, "min_lr": 1e-5, "weight_decay": 0.02, "beta1": 0.9, "beta2": 0.999,
+              "eps": 1e-8, "grad_clip": 1.0, "warmup_steps": 100},
+    "loss": {"itc_weight": 1.0, "itm_weight": 1.0, "mlm_weight": 1.0, "mlm_probability": 0.15,
+             "soft_weight": 0.4},
+    "train": {"batch_size": 32, "seed": 42},
+    "augment": {"crop_scale_min": 0.5, "crop_scale_max": 1.0, "crop_ratio_min": 3.0 / 4.0,
+                "crop_ratio_max": 4.0 / 3.0, "flip_prob": 0.5},
+}
+
+
+def load_config(path):
+    try:
+        import yaml
+        with open(path) as f:
+            raw = yaml.safe_load(f) or {}
+    except ImportError:  # the configs are two-level `key: value` maps
+        raw, section = {}, None
+        for line in open(path):
+            line = line.split("#", 1)[0].rstrip()
+            if not line.strip():
+                continue
+            key, _, value = line.strip().partition(":")
+            if not line.startswith(" "):
+                section = raw.setdefault(key, {})
+            else:
+                section[key] = float(value) if any(c in value for c in ".e") else int(value)
+    cfg = {k: dict(v) for k, v in DEFAULTS.items()}
+    for section, values in raw.items():
+        cfg.setdefault(section, {}).update(values or {})
+    return cfg
+
+
+# ----------------------------------------------------------------------------------------- model
+def split_heads(x, n, heads):
+    b, length, width = x.shape[0], x.shape[1], x.shape[2] // n
+    return x.view(b, length, n, heads, width // heads).permute(2, 0, 3, 1, 4).unbind(0)
+
+
+def merge_heads(ctx):
+    return ctx.transpose(1, 2).reshape(ctx.shape[0], ctx.shape[2], ctx.shape[1] * ctx.shape[3])
+
+
+def attention(q, k, v, mask, p, training):
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    scores = torch.matmul(q, k.transpose(-2, -1))
+    scores = torch.add(mask, scores, alpha=scale) if mask is not None else scores.mul_(scale)
+    probs = torch.softmax(scores, -1)
+    if p > 0 and training:
+        probs = F.dropout(probs, p, True)
+    return torch.matmul(probs, v)
+
+
+def drop(x, p, training):
+    return F.dropout(x, p, True) if p > 0 and training else x
+
+
+class VitBlock(nn.Module):
+    def __init__(self, width, heads, mlp_ratio):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(width, eps=1e-6)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.norm2 = nn.LayerNorm(width, eps=1e-6)
+        self.fc1 = nn.Linear(width, mlp_ratio * width)
+        self.fc2 = nn.Linear(mlp_ratio * width, width)
+
+    def forward(self, x):
+        q, k, v = split_heads(self.qkv(self.norm1(x)), 3, self.heads)
+        h = x + self.proj(merge_heads(attention(q, k, v, None, 0.0, False)))
+        return h + self.fc2(F.gelu(self.fc1(self.norm2(h))))
+
+
+class VisionTransformer(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        w, patches = m["vision_width"], (m["image_size"] // m["patch_size"]) ** 2
+        self.patch_embed = nn.Conv2d(3, w, m["patch_size"], stride=m["patch_size"])
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, w))
+        self.pos_embed = nn.Parameter(torch.zeros(1, 1 + patches, w))
+        self.blocks = nn.ModuleList(
+            VitBlock(w, m["vision_heads"], m["mlp_ratio"]) for _ in range(m["vision_layers"]))
+        self.norm = nn.LayerNorm(w, eps=1e-6)
+
+    def forward(self, images):
+        x = self.patch_embed(images).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], 1) + self.pos_embed
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)
+
+
+class BertEmbeddings(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        w = m["text_width"]
+        self.word_embeddings = nn.Parameter(torch.empty(m["vocab_size"], w))
+        self.position_embeddings = nn.Parameter(torch.empty(m["max_len"], w))
+        self.token_type_embeddings = nn.Parameter(torch.empty(2, w))
+        self.LayerNorm = nn.LayerNorm(w, eps=1e-12)
+        self.dropout = m["dropout"]
+
+    def forward(self, ids):
+        pos = self.position_embeddings[: ids.shape[1]] + self.token_type_embeddings[0]
+        x = F.embedding(ids, self.word_embeddings) + pos
+        return drop(self.LayerNorm(x), self.dropout, self.training)
+
+
+class BertLayer(nn.Module):
+    def __init__(self, width, heads, mlp_ratio, dropout, cross_width=0):
+        super().__init__()
+        self.heads, self.dropout, self.cross = heads, dropout, cross_width > 0
+        self.self_qkv = nn.Linear(width, 3 * width)
+        self.self_output = nn.Linear(width, width)
+        self.self_norm = nn.LayerNorm(width, eps=1e-12)
+        if self.cross:
+            self.cross_q = nn.Linear(width, width)
+            self.cross_kv = nn.Linear(cross_width, 2 * width)
+            self.cross_output = nn.Linear(width, width)
+            self.cross_norm = nn.LayerNorm(width, eps=1e-12)
+        self.intermediate = nn.Linear(width, mlp_ratio * width)
+        self.output = nn.Linear(mlp_ratio * width, width)
+        self.output_norm = nn.LayerNorm(width, eps=1e-12)
+
+    def forward(self, x, mask, image_tokens=None):
+        p, t = self.dropout, self.training
+        q, k, v = split_heads(self.self_qkv(x), 3, self.heads)
+        ctx = merge_heads(attention(q, k, v, mask, p, t))
+        h = self.self_norm(x + drop(self.self_output(ctx), p, t))
+        if self.cross:
+            q = split_heads(self.cross_q(h), 1, self.heads)[0]
+            k, v = split_heads(self.cross_kv(image_tokens), 2, self.heads)
+            ctx = merge_heads(attention(q, k, v, None, p, t))
+            h = self.cross_norm(h + drop(self.cross_output(ctx), p, t))
+        return self.output_norm(h + drop(self.output(F.gelu(self.intermediate(h))), p, t))
+
+
+def additive_mask(mask, dtype):
+    return mask.eq(0).to(dtype).mul_(-1e4).view(mask.shape[0], 1, 1, mask.shape[1])
+
+
+class Albef(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+        tw, vw = m["text_width"], m["vision_width"]
+        self.visual_encoder = VisionTransformer(m)
+        self.text_embeddings = BertEmbeddings(m)
+        self.text_layers = nn.ModuleList(
+            BertLayer(tw, m["text_heads"], m["mlp_ratio"], m["dropout"])
+            for _ in range(m["text_layers"]))
+        self.fusion_layers = nn.ModuleList(
+            BertLayer(tw, m["text_heads"], m["mlp_ratio"], m["dropout"], vw)
+            for _ in range(m["fusion_layers"]))
+        self.vision_proj = nn.Linear(vw, m["embed_dim"])
+        self.text_proj = nn.Linear(tw, m["embed_dim"])
+        self.itm_head = nn.Linear(tw, 2)
+        self.mlm_dense = nn.Linear(tw, tw)
+        self.mlm_norm = nn.LayerNorm(tw, eps=1e-12)
+        self.mlm_bias = nn.Parameter(torch.zeros(m["vocab_size"]))
+        self.temp = nn.Parameter(torch.tensor(float(m["temp"])))
+        self._init_weights()
+
+    def _init_weights(self):
+        for mod in self.modules():
+            if isinstance(mod, nn.Linear):
+                nn.init.trunc_normal_(mod.weight, std=0.02, a=-0.04, b=0.04)
+                nn.init.zeros_(mod.bias)
+            elif isinstance(mod, BertEmbeddings):
+                for p in mod.parameters(recurse=False):
+                    nn.init.trunc_normal_(p, std=0.02, a=-0.04, b=0.04)
+        nn.init.trunc_normal_(self.visual_encoder.cls_token, std=0.02, a=-0.04, b=0.04)
+        nn.init.trunc_normal_(self.visual_encoder.pos_embed, std=0.02, a=-0.04, b=0.04)
+
+    def encode_image(self, images):
+        return self.visual_encoder(images)
+
+    def encode_text(self, ids, mask):
+        x = self.text_embeddings(ids)
+        am = additive_mask(mask, x.dtype)
+        for layer in self.text_layers:
+            x = layer(x, am)
+        return x
+
+    def fuse(self, text_hidden, mask, image_tokens):
+        x, am = text_hidden, additive_mask(mask, text_hidden.dtype)
+        for layer in self.fusion_layers:
+            x = layer(x, am, image_tokens)
+        return x
+
+    def mlm_logits(self, hidden):
+        h = self.mlm_norm(F.gelu(self.mlm_dense(hidden)))
+        return F.linear(h, self.text_embeddings.word_embeddings, self.mlm_bias)
+
+    def clamped_temp(self):
+        with torch.no_grad():
+            self.temp.clamp_(self.m["temp_min"], self.m["temp_max"])
+        return self.temp
+
+
+# ---------------------------------------------------------------------------------------- losses
+def itc_loss(img, txt, temp, image_id, alpha):
+    logits_i2t = img @ txt.t() / temp
+    logits_t2i = txt @ img.t() / temp
+    pos = image_id.unsqueeze(1).eq(image_id.unsqueeze(0)).float()
+    hard = pos / pos.sum(1, keepdim=True)
+    # GRIT/MAFA pseudo-targets: the partner direction's detached similarities.
+    with torch.no_grad():
+        soft_i2t = F.softmax(logits_t2i.detach(), 1)
+        soft_t2i = F.softmax(logits_i2t.detach(), 1)
+    loss_i2t = -(((1 - alpha) * hard + alpha * soft_i2t) * F.log_softmax(logits_i2t, 1)).sum(1)
+    loss_t2i = -(((1 - alpha) * hard + alpha * soft_t2i) * F.log_softmax(logits_t2i, 1)).sum(1)
+    return (loss_i2t.mean() + loss_t2i.mean()) / 2, logits_i2t.detach(), logits_t2i.detach()
+
+
+def sample_negatives(sim, same_image):
+    """One hard negative per row (ALBEF: softmax weights + multinomial); -1 where none exists."""
+    weights = F.softmax(sim, 1) + 1e-5
+    weights.masked_fill_(same_image, 0)
+    has = (~same_image).any(1)
+    weights[~has] = 1.0
+    idx = torch.multinomial(weights, 1).squeeze(1)
+    return torch.where(has, idx, torch.full_like(idx, -1))
+
+
+def mask_tokens(ids, attn, prob, vocab_size):
+    maskable = attn.ne(0) & ids.ne(PAD) & ids.ne(CLS) & ids.ne(SEP)
+    selected = (torch.rand(ids.shape) < prob) & maskable
+    u = torch.rand(ids.shape)
+    masked = ids.masked_fill(selected & (u < 0.8), MASK)
+    to_random = selected & (u >= 0.8) & (u < 0.9)
+    masked = torch.where(to_random, torch.randint(vocab_size, ids.shape), masked)
+    return masked, selected.view(-1).nonzero().view(-1), ids.view(-1)[selected.view(-1)]
+
+
+class Step:
+    """One optimizer step of fnvlp-pretrain (trainer.cpp train_step, one rank)."""
+
+    def __init__(self, cfg, total_steps):
+        self.cfg, self.total = cfg, total_steps
+        torch.manual_seed(cfg["train"]["seed"])
+        self.model = Albef(cfg["model"])
+        self.model.train()
+        o = cfg["optim"]
+        decay = [p for p in self.model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.model.parameters() if p.dim() < 2]
+        self.params = list(self.model.parameters())
+        self.opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": o["weight_decay"]},
+             {"params": no_decay, "weight_decay": 0.0}],
+            lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"])
+        self.step_no = 0
+
+    def lr(self):
+        o, s = self.cfg["optim"], self.step_no
+        if o["warmup_steps"] > 0 and s < o["warmup_steps"]:
+            return o["lr"] * (s + 1) / o["warmup_steps"]
+        span = self.total - o["warmup_steps"]
+        if span <= 0:
+            return o["lr"]
+        progress = min(1.0, (s - o["warmup_steps"]) / span)
+        return o["min_lr"] + (o["lr"] - o["min_lr"]) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    def __call__(self, images, ids, mask, image_id):
+        model, lc = self.model, self.cfg["loss"]
+        for g in self.opt.param_groups:
+            g["lr"] = self.lr()
+        image_tokens = model.encode_image(images)
+        text_hidden = model.encode_text(ids, mask)
+        img = F.normalize(model.vision_proj(image_tokens[:, 0]), dim=-1)
+        txt = F.normalize(model.text_proj(text_hidden[:, 0]), dim=-1)
+        itc, sim_i2t, sim_t2i = itc_loss(img, txt, model.clamped_temp(), image_id,
+                                         lc["soft_weight"])
+
+        # ITM: b positives, a hard negative image per text and a hard negative text per image.
+        b = ids.shape[0]
+        with torch.no_grad():
+            same = image_id.unsqueeze(1).eq(image_id.unsqueeze(0))
+            neg_image = sample_negatives(sim_t2i, same)
+            neg_text = sample_negatives(sim_i2t, same)
+        ar = torch.arange(b)
+        image_index = torch.cat([ar, neg_image[neg_image >= 0], ar[neg_text >= 0]])
+        text_index = torch.cat([ar, ar[neg_image >= 0], neg_text[neg_text >= 0]])
+        labels = torch.cat([torch.ones(b, dtype=torch.long),
+                            torch.zeros(image_index.shape[0] - b, dtype=torch.long)])
+        fused = model.fuse(text_hidden[text_index], mask[text_index], image_tokens[image_index])
+        itm = F.cross_entropy(model.itm_head(fused[:, 0]), labels)
+
+        # MLM on a masked copy of the captions, conditioned on the image; masked positions only.
+        masked_ids, positions, targets = mask_tokens(ids, mask, lc["mlm_probability"],
+                                                     self.cfg["model"]["vocab_size"])
+        masked_fused = model.fuse(model.encode_text(masked_ids, mask), mask, image_tokens)
+        hidden = masked_fused.reshape(-1, masked_fused.shape[2]).index_select(0, positions)
+        mlm = F.cross_entropy(model.mlm_logits(hidden), targets)
+
+        total = lc["itc_weight"] * itc + lc["itm_weight"] * itm + lc["mlm_weight"] * mlm
+        losses = (itc.item(), itm.item(), mlm.item(), total.item())
+        self.opt.zero_grad()
+        total.backward()
+        if self.cfg["optim"]["grad_clip"] > 0:
+            torch.nn.utils.clip_grad_norm_(self.params, self.cfg["optim"]["grad_clip"])
+        self.opt.step()
+        self.step_no += 1
+        return losses
+
+
+# ------------------------------------------------------------------------------------------ data
+class FlickrPairs(torch.utils.data.Dataset):
+    """(image, caption) pairs of one split: JPEG decode + random resized crop + flip + normalise,
+    WordPiece ids padded to max_len, and a dense image index (pairs of one image are positives)."""
+
+    def __init__(self, root, split, vocab, image_size, max_len, aug):
+        with open(os.path.join(root, "captions.json"), encoding="utf-8") as f:
+            records = json.load(f)
+        keep = set(json.load(open(os.path.join(root, "splits.json")))[split])
+        self.records = [r for r in records if r["image_id"] in keep]
+        dense = {}
+        self.image_index = [dense.setdefault(r["image_id"], len(dense)) for r in self.records]
+        self.root, self.size, self.max_len, self.aug = root, image_size, max_len, aug
+        self.tok = WordPiece(vocab)
+        self.mean = torch.tensor(MEAN).view(3, 1, 1)
+        self.std = torch.tensor(STD).view(3, 1, 1)
+
+    def __len__(self):
+        return len(self.records)
+
+    def crop_box(self, width, height):
+        """torchvision's RandomResizedCrop.get_params: (top, left, h, w)."""
+        a, area = self.aug, width * height
+        log_ratio = (math.log(a["crop_ratio_min"]), math.log(a["crop_ratio_max"]))
+        for _ in range(10):
+            target = area * random.uniform(a["crop_scale_min"], a["crop_scale_max"])
+            ratio = math.exp(random.uniform(*log_ratio))
+            w = int(round(math.sqrt(target * ratio)))
+            h = int(round(math.sqrt(target / ratio)))
+            if 0 < w <= width and 0 < h <= height:
+                return random.randint(0, height - h), random.randint(0, width - w), h, w
+        in_ratio = width / height
+        w, h = width, height
+        if in_ratio < a["crop_ratio_min"]:
+            h = int(round(w / a["crop_ratio_min"]))
+        elif in_ratio > a["crop_ratio_max"]:
+            w = int(round(h * a["crop_ratio_max"]))
+        return (height - h) // 2, (width - w) // 2, h, w
+
+    def __getitem__(self, i):
+        r = self.records[i]
+        img = Image.open(os.path.join(self.root, r["image"])).convert("RGB")
+        top, left, h, w = self.crop_box(*img.size)
+        img = img.crop((left, top, left + w, top + h)).resize((self.size, self.size),
+                                                             Image.BILINEAR)
+        if random.random() < self.aug["flip_prob"]:
+            img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        x = torch.from_numpy(np.array(img, np.uint8, copy=True)).permute(2, 0, 1).float()
+        x = x.div_(255).sub_(self.mean).div_(self.std)
+        ids = self.tok.encode(r["caption"], self.max_len)
+        tokens = torch.zeros(self.max_len, dtype=torch.long)
+        tokens[: len(ids)] = torch.tensor(ids)
+        attn = torch.zeros(self.max_len, dtype=torch.long)
+        attn[: len(ids)] = 1
+        return x, tokens, attn, self.image_index[i]
+
+
+def shard_batch(shard_dir, b, image_size):
+    """Pairs 0..b-1 of a fnvlp shard directory, normalised (bilinear resize if the shard's image
+    size differs, as fnvlp's Augmenter::eval): the fixed batch of --mode compute."""
+    import h5py
+    with h5py.File(os.path.join(shard_dir, "shard-00000.h5"), "r") as f:
+        rows = f["pair_image"][:b]
+        images = torch.from_numpy(f["images"][int(rows.min()): int(rows.max()) + 1])
+        images = images[torch.from_numpy(rows - rows.min())]
+        tokens = torch.from_numpy(f["tokens"][:b].astype(np.int64))
+        lengths = torch.from_numpy(f["lengths"][:b].astype(np.int64))
+        image_id = torch.from_numpy(f["image_id"][:b].astype(np.int64))
+    x = images.permute(0, 3, 1, 2).float()
+    if x.shape[-1] != image_size:
+        x = F.interpolate(x, size=(image_size, image_size), mode="bilinear", align_corners=False)
+    x = (x / 255 - torch.tensor(MEAN).view(1, 3, 1, 1)) / torch.tensor(STD).view(1, 3, 1, 1)
+    mask = (torch.arange(tokens.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    return x.contiguous(), tokens, mask, image_id
+
+
+# ------------------------------------------------------------------------------------------ main
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", required=True, help="jobs/configs/{tiny,small}.yaml")
+    ap.add_argument("--mode", choices=["compute", "epoch"], required=True)
+    ap.add_argument("--data", help="compute: fnvlp shard directory (the fixed batch)")
+    ap.add_argument("--flickr", help="epoch: the flickr8k-128 folder (captions/splits/images)")
+    ap.add_argument("--vocab", help="epoch: bert-base-uncased vocabulary")
+    ap.add_argument("--split", default="train")
+    ap.add_argument("--batch-size", type=int, help="default: the config's train.batch_size (32)")
+    ap.add_argument("--steps", type=int, default=20, help="timed steps (epoch: 0 = one epoch)")
+    ap.add_argument("--warmup", type=int, default=3, help="compute: untimed steps first")
+    ap.add_argument("--skip", type=int, default=10, help="epoch: untimed steps first")
+    ap.add_argument("--num-workers", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    a = ap.parse_args()
+
+    torch.set_num_threads(a.threads)
+    cfg = load_config(a.config)
+    b = a.batch_size or cfg["train"]["batch_size"]
+    m = cfg["model"]
+    out = {"impl": "pytorch", "torch": torch.__version__, "mode": a.mode, "batch": b,
+           "config": os.path.basename(a.config), "image_size": m["image_size"],
+           "threads": torch.get_num_threads()}
+
+    if a.mode == "compute":
+        batch = shard_batch(a.data, b, m["image_size"])
+        step = Step(cfg, a.warmup + a.steps)
+        for _ in range(a.warmup):
+            step(*batch)
+        times = []
+        for _ in range(a.steps):
+            t0 = time.perf_counter()
+            losses = step(*batch)
+            times.append(time.perf_counter() - t0)
+        mean = sum(times) / len(times)
+        out.update(steps=a.steps, step_s_mean=mean, step_s_median=sorted(times)[len(times) // 2],
+                   step_s_min=min(times), samples_per_s=b / mean, last_losses=losses)
+    else:
+        ds = FlickrPairs(a.flickr, a.split, a.vocab, m["image_size"], m["max_len"],
+                         cfg["augment"])
+        loader = torch.utils.data.DataLoader(ds, batch_size=b, shuffle=True, drop_last=True,
+                                             num_workers=a.num_workers)
+        total = a.steps + a.skip if a.steps > 0 else len(loader)
+        step = Step(cfg, total)
+        t_start = time.perf_counter()
+        wait = 0.0
+        it = iter(loader)
+        t_timed = None
+        for s in range(total):
+            if s == a.skip:
+                t_timed, wait = time.perf_counter(), 0.0
+            t0 = time.perf_counter()
+            images, ids, mask, image_id = next(it)
+            wait += time.perf_counter() - t0
+            losses = step(images, ids, mask, image_id)
+        t_end = time.perf_counter()
+        timed = total - a.skip
+        out.update(pairs=len(ds), steps=total, timed_steps=timed, num_workers=a.num_workers,
+                   samples_per_s=timed * b / (t_end - t_timed),
+                   samples_per_s_whole=total * b / (t_end - t_start),
+                   data_wait=wait / (t_end - t_timed), last_losses=losses)
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
