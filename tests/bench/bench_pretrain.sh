@@ -11,10 +11,15 @@
 #       E2E_STEPS steps after SKIP untimed ones (E2E_STEPS=0: one whole epoch each);   goal >= 2x
 #   (c) fnvlp-pretrain at 2 ranks against 1 rank, samples/s as in (b);            goal >= 1.7x
 # One libtorch/BLAS thread per process (DESIGN.md §5; env/mpi-env.sh exports the variables).
+# Every round line also shows the CPU share other processes took from the machine meanwhile
+# ("foreign"), from /proc/stat minus the contender's own CPU time: rounds with a large one are
+# not comparable. The compute-only figures also come as process CPU seconds per step, which other
+# jobs on the cores barely move.
 #
 # Usage: tests/bench/bench_pretrain.sh [BUILD_DIR] [ROUNDS] [PRESET]
-#   PRESET: tiny (default: 64 px model, the one that fits ~15 min on 2 cores) or small.
-#   Environment: COMPUTE_STEPS (20), WARMUP (3), E2E_STEPS (50), SKIP (10), NUM_WORKERS (1),
+#   PRESET: tiny (default: the 64 px model, what fits ~15 min on 2 cores) or small (128 px, ~6x
+#   slower per step: use with small E2E_STEPS).
+#   Environment: COMPUTE_STEPS (20), WARMUP (3), E2E_STEPS (40), SKIP (10), NUM_WORKERS (1),
 #   SHARD_PX (128: shards keep Flickr8k-128's pixels, so both sides crop the same source images),
 #   BENCH_STEP (a built bench_step; default BUILD_DIR/tests/bench/bench_step, else it is compiled
 #   once into ${FNVLP_BENCH_CACHE:-/tmp}/fnvlp_bench_step with g++ against BUILD_DIR/libfnvlp.a).
@@ -25,7 +30,7 @@ rounds=${2:-3}
 preset=${3:-tiny}
 compute_steps=${COMPUTE_STEPS:-20}
 warmup=${WARMUP:-3}
-e2e_steps=${E2E_STEPS:-50}
+e2e_steps=${E2E_STEPS:-40}
 skip=${SKIP:-10}
 workers=${NUM_WORKERS:-1}
 shard_px=${SHARD_PX:-128}
@@ -34,13 +39,15 @@ flickr=$shared/data/flickr8k-128
 vocab=$shared/data/vocab/bert-base-uncased-vocab.txt
 config=$root/jobs/configs/$preset.yaml
 py=/usr/bin/python3
+cores=$(getconf _NPROCESSORS_ONLN)
 source "$root/env/mpi-env.sh"
 work=$(mktemp -d "${TMPDIR:-/tmp}/fnvlp_bench_pretrain.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 (( e2e_steps == 0 || e2e_steps % skip == 0 )) || { echo "E2E_STEPS must be a multiple of SKIP" >&2; exit 2; }
-$py -c "import torch" 2>/dev/null || { echo "needs python3-torch (apt-get install python3-torch)" >&2; exit 2; }
+$py -c "import torch, yaml" 2>/dev/null ||
+  { echo "needs python3-torch and python3-yaml (apt-get install python3-torch python3-yaml)" >&2; exit 2; }
 
-# --- bench_step: the C++ compute-only program ---------------------------------------------------
+# --- bench_step: the C++ compute-only program -------------------------------------------------
 bench_step=${BENCH_STEP:-$build/tests/bench/bench_step}
 if [ ! -x "$bench_step" ]; then
   bench_step=${FNVLP_BENCH_CACHE:-/tmp}/fnvlp_bench_step
@@ -56,34 +63,50 @@ if [ ! -x "$bench_step" ]; then
   fi
 fi
 
-# --- shards of the train split ------------------------------------------------------------------
+# --- shards of the train split ----------------------------------------------------------------
 mpirun --oversubscribe -np 2 "$build/data_prep/fnvlp-shard" --input "$flickr/captions.json" \
   --format albef --image-root "$flickr" --split-file "$flickr/splits.json" --split train \
   --vocab "$vocab" --image-size "$shard_px" --max-len 30 --out "$work/train" >"$work/shard.log" 2>&1 ||
   { cat "$work/shard.log" >&2; exit 1; }
 
-# --- contenders: each prints one line "VALUE DATA_WAIT" (compute: s/step; e2e: samples/s) --------
-field() { $py -c "import json,sys; d=json.loads(sys.stdin.read().strip().splitlines()[-1]); print(*[d[k] for k in sys.argv[1:]])" "$@"; }
+# --- measuring --------------------------------------------------------------------------------
+busy_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9; exit}' /proc/stat; }
+# measured CMD...: runs CMD (stdout to $work/out), writes the CPU share that other processes took
+# meanwhile, in % of the machine, to $work/foreign.
+measured() {
+  local b0 b1 hz
+  hz=$(getconf CLK_TCK)
+  b0=$(busy_ticks)
+  /usr/bin/time -f "%e %U %S" -o "$work/time" "$@" >"$work/out" 2>"$work/err" ||
+    { cat "$work/err" >&2; exit 1; }
+  b1=$(busy_ticks)
+  read -r wall user sys <"$work/time"
+  echo "(($b1 - $b0) / $hz - $user - $sys) / ($wall * $cores) * 100" | bc -l >"$work/foreign"
+}
+field() { $py -c "import json,sys; d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); print(*[d[k] for k in sys.argv[2:]])" "$work/out" "$@"; }
+
+# Contenders: each prints "VALUE EXTRA" (compute: s/step and CPU s/step; e2e: samples/s and the
+# data-wait fraction).
 run_cpp_compute() {
-  "$bench_step" --config "$config" --data "$work/train" --steps "$compute_steps" --warmup "$warmup" \
-    2>"$work/err" | field step_s_mean || { cat "$work/err" >&2; exit 1; }
+  measured "$bench_step" --config "$config" --data "$work/train" --steps "$compute_steps" \
+    --warmup "$warmup"
+  field step_s_mean step_cpu_s_mean
 }
 run_py_compute() {
-  $py "$root/tests/bench/pytorch_albef.py" --config "$config" --mode compute --data "$work/train" \
-    --steps "$compute_steps" --warmup "$warmup" 2>"$work/err" | field step_s_mean ||
-    { cat "$work/err" >&2; exit 1; }
+  measured $py "$root/tests/bench/pytorch_albef.py" --config "$config" --mode compute \
+    --data "$work/train" --steps "$compute_steps" --warmup "$warmup"
+  field step_s_mean step_cpu_s_mean
 }
-run_cpp_e2e() {  # run_cpp_e2e RANKS: samples/s between the log lines of step SKIP and the last step
-  local np=$1 len=(--set train.max_steps=$((e2e_steps + skip)))
+run_cpp_e2e() {  # run_cpp_e2e RANKS
+  local np=$1
+  local len=(--set train.max_steps=$((e2e_steps + skip)))
   (( e2e_steps == 0 )) && len=(--set train.max_steps=0 --set train.epochs=1)
   rm -rf "$work/run"
-  mpirun --oversubscribe -np "$np" "$build/jobs/fnvlp-pretrain" --config "$config" \
+  measured mpirun --oversubscribe -np "$np" "$build/jobs/fnvlp-pretrain" --config "$config" \
     --data "$work/train" --out "$work/run" "${len[@]}" --set train.log_every="$skip" \
-    --set train.export_embeddings=false --set checkpoint.every_steps=0 >"$work/err" 2>&1 ||
-    { cat "$work/err" >&2; exit 1; }
-  # samples/s = steps * batch * ranks / seconds, timed from the log line of step SKIP (start-up,
-  # the first batches and the final checkpoint stay outside, as pytorch_albef.py does); data_wait is
-  # the loader wait fraction reported over the timed windows.
+    --set train.export_embeddings=false --set checkpoint.every_steps=0
+  # samples/s = steps * batch * ranks / seconds, timed from the log line of step SKIP: start-up,
+  # the first batches and the final checkpoint stay outside, as pytorch_albef.py times it.
   $py - "$work/run" "$skip" "$np" <<'PY'
 import json, sys, yaml
 run, skip, ranks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -97,15 +120,15 @@ print((last["step"] - skip) * batch * ranks / (last["elapsed_s"] - first["elapse
 PY
 }
 run_py_e2e() {
-  $py "$root/tests/bench/pytorch_albef.py" --config "$config" --mode epoch --flickr "$flickr" \
-    --vocab "$vocab" --steps "$e2e_steps" --skip "$skip" --num-workers "$workers" 2>"$work/err" |
-    field samples_per_s data_wait || { cat "$work/err" >&2; exit 1; }
+  measured $py "$root/tests/bench/pytorch_albef.py" --config "$config" --mode epoch \
+    --flickr "$flickr" --vocab "$vocab" --steps "$e2e_steps" --skip "$skip" --num-workers "$workers"
+  field samples_per_s data_wait
 }
 
-# --- rounds ---------------------------------------------------------------------------------------
+# --- rounds -----------------------------------------------------------------------------------
 names=(cpp_compute py_compute cpp_np1 py_loader cpp_np2)
-declare -A all
-uptime_start=$(cut -d' ' -f1 /proc/loadavg)
+declare -A value extra foreign
+load0=$(cut -d' ' -f1 /proc/loadavg)
 t_start=$(date +%s)
 for r in $(seq 1 "$rounds"); do
   for name in "${names[@]}"; do
@@ -116,39 +139,53 @@ for r in $(seq 1 "$rounds"); do
       py_loader) out=$(run_py_e2e) ;;
       cpp_np2) out=$(run_cpp_e2e 2) ;;
     esac
-    all[$name]="${all[$name]:-} ${out%% *}"
+    read -r v x <<<"$out"
+    f=$(cat "$work/foreign")
+    value[$name]="${value[$name]:-} $v"
+    extra[$name]="${extra[$name]:-} $x"
+    foreign[$name]="${foreign[$name]:-} $f"
     case $name in
-      *compute) printf 'round %d %-12s %8.3f s/step\n' "$r" "$name" "$out" ;;
-      *) printf 'round %d %-12s %8.1f samples/s  data wait %4.1f%%\n' "$r" "$name" "${out%% *}" \
-           "$(echo "${out##* } * 100" | bc -l)" ;;
+      *compute) printf 'round %d %-12s %7.3f s/step  %7.3f CPU s/step          foreign %3.0f%%\n' \
+                  "$r" "$name" "$v" "$x" "$f" ;;
+      *) printf 'round %d %-12s %7.1f samples/s  data wait %4.1f%%          foreign %3.0f%%\n' \
+           "$r" "$name" "$v" "$(echo "$x * 100" | bc -l)" "$f" ;;
     esac
   done
 done
 
-# --- table: best round (compute: lowest s/step; e2e: highest samples/s) and the median ------------
+# --- table: best round (compute: lowest s/step; e2e: highest samples/s) and the median ----------
 e2e_desc="$e2e_steps steps after $skip untimed"
 (( e2e_steps == 0 )) && e2e_desc="one epoch after $skip untimed steps"
-$py - "$preset" "$rounds" "$compute_steps" "$e2e_desc" "$workers" "$shard_px" "$(nproc)" \
-  "$uptime_start" "$(cut -d' ' -f1 /proc/loadavg)" "$(( $(date +%s) - t_start ))" \
-  "${all[cpp_compute]}" "${all[py_compute]}" "${all[cpp_np1]}" "${all[py_loader]}" "${all[cpp_np2]}" <<'PY'
+args=()
+for name in "${names[@]}"; do args+=("${value[$name]}" "${extra[$name]}" "${foreign[$name]}"); done
+$py - "$preset" "$rounds" "$compute_steps" "$e2e_desc" "$workers" "$shard_px" "$cores" \
+  "$load0" "$(cut -d' ' -f1 /proc/loadavg)" "$(($(date +%s) - t_start))" "${args[@]}" <<'PY'
 import statistics, sys
-(preset, rounds, csteps, e2e, workers, px, cores, load0, load1, secs), v = sys.argv[1:11], \
-    [[float(x) for x in a.split()] for a in sys.argv[11:]]
-cc, pc, c1, pl, c2 = v
-best = lambda xs, low: min(xs) if low else max(xs)
+preset, rounds, csteps, e2e, workers, px, cores, load0, load1, secs = sys.argv[1:11]
+v = [[float(x) for x in a.split()] for a in sys.argv[11:]]
+(cc, ccpu, cf), (pc, pcpu, pf), (c1, _, c1f), (pl, _, plf), (c2, _, c2f) = \
+    [v[i:i + 3] for i in range(0, 15, 3)]
 med = statistics.median
+lo, hi = min, max
+fr = lambda f: f"{min(f):.0f}-{max(f):.0f}%"
 print()
-print(f"preset {preset}, batch 32 per rank, best of {rounds} rounds (median in brackets); "
-      f"{cores} cores, load average {load0} -> {load1}, {secs} s")
-print(f"(a) compute only, {csteps} timed steps on one in-memory batch:")
-print(f"    fnvlp bench_step      {best(cc,1):7.3f} s/step  [{med(cc):.3f}]  {32/best(cc,1):6.1f} samples/s")
-print(f"    PyTorch               {best(pc,1):7.3f} s/step  [{med(pc):.3f}]  {32/best(pc,1):6.1f} samples/s")
-print(f"    C++ speed-up          {best(pc,1)/best(cc,1):7.2f}x        [{med(pc)/med(cc):.2f}x]   goal >= 1.15x")
-print(f"(b) end to end, Flickr8k-128 train split, {e2e}:")
-print(f"    fnvlp-pretrain 1 rank {best(c1,0):7.1f} samples/s  [{med(c1):.1f}]  (HDF5 shards, {px} px)")
-print(f"    PyTorch DataLoader    {best(pl,0):7.1f} samples/s  [{med(pl):.1f}]  (JPEG + PIL, {workers} worker(s))")
-print(f"    C++ speed-up          {best(c1,0)/best(pl,0):7.2f}x        [{med(c1)/med(pl):.2f}x]   goal >= 2x")
-print(f"    fnvlp 2 ranks / PyTorch {best(c2,0)/best(pl,0):5.2f}x        [{med(c2)/med(pl):.2f}x]   (whole machine each)")
-print(f"(c) fnvlp-pretrain 2 ranks {best(c2,0):6.1f} samples/s  [{med(c2):.1f}]")
-print(f"    2 ranks / 1 rank      {best(c2,0)/best(c1,0):7.2f}x        [{med(c2)/med(c1):.2f}x]   goal >= 1.7x")
+print(f"preset {preset}, batch 32 per rank, best of {rounds} rounds [median]; {cores} cores, "
+      f"load average {load0} -> {load1}, {secs} s")
+print("| measure | fnvlp (C++) | PyTorch | ratio | goal | foreign CPU (C++ / Py) |")
+print("|---|---|---|---|---|---|")
+print(f"| (a) compute only, wall s/step ({csteps} steps) | {lo(cc):.3f} [{med(cc):.3f}] | "
+      f"{lo(pc):.3f} [{med(pc):.3f}] | {lo(pc)/lo(cc):.2f}x [{med(pc)/med(cc):.2f}x] | >= 1.15x | "
+      f"{fr(cf)} / {fr(pf)} |")
+print(f"| (a) compute only, CPU s/step | {lo(ccpu):.3f} [{med(ccpu):.3f}] | "
+      f"{lo(pcpu):.3f} [{med(pcpu):.3f}] | {lo(pcpu)/lo(ccpu):.2f}x [{med(pcpu)/med(ccpu):.2f}x] "
+      f"| >= 1.15x | |")
+print(f"| (b) end to end, samples/s ({e2e}; C++ 1 rank, HDF5 {px} px / PyTorch JPEG, "
+      f"{workers} worker) | {hi(c1):.1f} [{med(c1):.1f}] | {hi(pl):.1f} [{med(pl):.1f}] | "
+      f"{hi(c1)/hi(pl):.2f}x [{med(c1)/med(pl):.2f}x] | >= 2x | {fr(c1f)} / {fr(plf)} |")
+print(f"| (b') C++ 2 ranks vs PyTorch (each on the whole machine) | {hi(c2):.1f} [{med(c2):.1f}] | "
+      f"{hi(pl):.1f} [{med(pl):.1f}] | {hi(c2)/hi(pl):.2f}x [{med(c2)/med(pl):.2f}x] | | "
+      f"{fr(c2f)} / {fr(plf)} |")
+print(f"| (c) C++ 2 ranks vs 1 rank, samples/s | {hi(c2):.1f} / {hi(c1):.1f} "
+      f"[{med(c2):.1f} / {med(c1):.1f}] | | {hi(c2)/hi(c1):.2f}x [{med(c2)/med(c1):.2f}x] | "
+      f">= 1.7x | {fr(c2f)} / {fr(c1f)} |")
 PY

@@ -17,6 +17,8 @@
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cxxopts.hpp>
@@ -84,8 +86,8 @@ class StepBench {
   double step(const torch::Tensor& images, const data::Batch& batch) {
     model_->train();
     const uint64_t seed = static_cast<uint64_t>(cfg_.train.seed);
-    const double lr =
-        train::lr_at(step_, total_steps_, cfg_.optim.warmup_steps, cfg_.optim.lr, cfg_.optim.min_lr);
+    const double lr = train::lr_at(step_, total_steps_, cfg_.optim.warmup_steps, cfg_.optim.lr,
+                                   cfg_.optim.min_lr);
     for (auto& group : optimizer_->param_groups())
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     torch::manual_seed(data::hash_key(
@@ -204,17 +206,28 @@ int run(Comm& comm, int argc, char** argv) {
 
   StepBench bench(comm, cfg, warmup + steps);
   for (int64_t s = 0; s < warmup; ++s) bench.step(images, batch);
-  std::vector<double> times;
+  // CPU seconds of this process (all its threads): unlike wall time, unaffected by other jobs
+  // sharing the cores, so it compares implementations on a busy machine.
+  auto cpu_now = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
+  std::vector<double> times, cpu;
   double last = 0;
   for (int64_t s = 0; s < steps; ++s) {
     comm.barrier();
     const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = cpu_now();
     last = bench.step(images, batch);
+    cpu.push_back(cpu_now() - c0);
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   // A step of the job lasts as long as its slowest rank.
   comm.allreduce(times.data(), times.size(), MPI_MAX);
+  comm.allreduce(cpu.data(), cpu.size(), MPI_MAX);
   const double mean = std::accumulate(times.begin(), times.end(), 0.0) / times.size();
+  const double cpu_mean = std::accumulate(cpu.begin(), cpu.end(), 0.0) / cpu.size();
   std::vector<double> sorted = times;
   std::sort(sorted.begin(), sorted.end());
   if (comm.is_root()) {
@@ -230,6 +243,7 @@ int run(Comm& comm, int argc, char** argv) {
                           {"step_s_mean", mean},
                           {"step_s_median", sorted[sorted.size() / 2]},
                           {"step_s_min", sorted.front()},
+                          {"step_cpu_s_mean", cpu_mean},
                           {"samples_per_s", b * comm.size() / mean},
                           {"last_loss", last}};
     std::cout << out.dump() << std::endl;

@@ -461,14 +461,16 @@ def main():
         step = Step(cfg, a.warmup + a.steps)
         for _ in range(a.warmup):
             step(*batch)
-        times = []
+        times, cpu = [], []  # wall and process CPU seconds (the latter ignores other jobs)
         for _ in range(a.steps):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             losses = step(*batch)
+            cpu.append(time.process_time() - c0)
             times.append(time.perf_counter() - t0)
         mean = sum(times) / len(times)
         out.update(steps=a.steps, step_s_mean=mean, step_s_median=sorted(times)[len(times) // 2],
-                   step_s_min=min(times), samples_per_s=b / mean, last_losses=losses)
+                   step_s_min=min(times), step_cpu_s_mean=sum(cpu) / len(cpu),
+                   samples_per_s=b / mean, last_losses=losses)
     else:
         ds = FlickrPairs(a.flickr, a.split, a.vocab, m["image_size"], m["max_len"],
                          cfg["augment"])
