@@ -276,6 +276,16 @@ torch::Tensor AlbefImpl::text_embed(const torch::Tensor& text_hidden) {
                                           torch::nn::functional::NormalizeFuncOptions().dim(-1));
 }
 
+torch::Tensor AlbefImpl::project_image_tokens(const torch::Tensor& tokens) {
+  return torch::nn::functional::normalize(vision_proj_(tokens),
+                                          torch::nn::functional::NormalizeFuncOptions().dim(-1));
+}
+
+torch::Tensor AlbefImpl::project_text_tokens(const torch::Tensor& tokens) {
+  return torch::nn::functional::normalize(text_proj_(tokens),
+                                          torch::nn::functional::NormalizeFuncOptions().dim(-1));
+}
+
 torch::Tensor AlbefImpl::itm_logits(const torch::Tensor& fused) {
   check_tokens(fused, "itm_logits");
   return itm_head_(fused.select(1, 0));

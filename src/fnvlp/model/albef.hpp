@@ -121,6 +121,10 @@ class AlbefImpl : public torch::nn::Module {
   // L2-normalised projections of [CLS] (token 0) -> [B, embed_dim].
   torch::Tensor image_embed(const torch::Tensor& image_tokens);
   torch::Tensor text_embed(const torch::Tensor& text_hidden);
+  // The same projections applied to every token [..., width] -> [..., embed_dim], L2-normalised
+  // (TCL's local embeddings of patches and words, loss/tcl.hpp).
+  torch::Tensor project_image_tokens(const torch::Tensor& tokens);
+  torch::Tensor project_text_tokens(const torch::Tensor& tokens);
   // ITM head on fused[:,0] -> [B,2] (class 1 = matched, as ALBEF's itm_labels).
   torch::Tensor itm_logits(const torch::Tensor& fused);
   // BERT MLM head: LN(GELU(W h + b)) E^T + bias with E the word embeddings (tied decoder). Apply it

@@ -44,6 +44,12 @@ struct LossConfig {
   // of an untrained model are near uniform and hold the ITC loss near chance. -1: one epoch.
   int64_t soft_warmup_steps = -1;
   std::string itm_negatives = "multinomial";  // multinomial (ALBEF) | argmax (GRIT)
+  // TCL (loss/tcl.hpp): intra-modal contrast of two views (IMC) and global-local mutual
+  // information (LMI), added with these weights; tcl_grid: pooled patch grid for LMI.
+  bool tcl = false;
+  double tcl_imc_weight = 1.0;
+  double tcl_lmi_weight = 1.0;
+  int64_t tcl_grid = 4;
   template <class V>
   void fields(V& v) {
     v("itc_weight", itc_weight);
@@ -54,6 +60,40 @@ struct LossConfig {
     v("soft_weight", soft_weight);
     v("soft_warmup_steps", soft_warmup_steps);
     v("itm_negatives", itm_negatives);
+    v("tcl", tcl);
+    v("tcl_imc_weight", tcl_imc_weight);
+    v("tcl_lmi_weight", tcl_lmi_weight);
+    v("tcl_grid", tcl_grid);
+  }
+};
+
+// False-negative handling of the ITC negatives (negatives/): which method removes or reweighs
+// them. GloFND defaults follow glofnd.txt App. D.2.
+struct NegativesConfig {
+  std::string method = "none";  // none | glofnd | fnc | srcl
+  double alpha = 0.01;          // GloFND's quantile level / FNC's top fraction
+  int64_t start_epoch = 0;      // GloFND/FNC: no update or filtering before this epoch
+  double glofnd_lr = 0.05;
+  double glofnd_beta1 = 0.9;
+  double glofnd_beta2 = 0.98;
+  double glofnd_init = 1.0;
+  bool filter_itm = true;  // excluded negatives are not drawn as ITM hard negatives either
+  // SRCL: checkpoint dir of the frozen helper model (same ModelConfig); empty: the current model
+  // alone regulates (a = 0). a decays linearly from srcl_helper_weight to 0 over training.
+  std::string srcl_helper;
+  double srcl_helper_weight = 1.0;
+  template <class V>
+  void fields(V& v) {
+    v("method", method);
+    v("alpha", alpha);
+    v("start_epoch", start_epoch);
+    v("glofnd_lr", glofnd_lr);
+    v("glofnd_beta1", glofnd_beta1);
+    v("glofnd_beta2", glofnd_beta2);
+    v("glofnd_init", glofnd_init);
+    v("filter_itm", filter_itm);
+    v("srcl_helper", srcl_helper);
+    v("srcl_helper_weight", srcl_helper_weight);
   }
 };
 
@@ -98,6 +138,7 @@ struct PretrainConfig {
   data::AugmentConfig augment;
   OptimConfig optim;
   LossConfig loss;
+  NegativesConfig negatives;
   TrainConfig train;
   CheckpointConfig checkpoint;
   WatchdogConfig watchdog;
@@ -108,6 +149,7 @@ struct PretrainConfig {
     v("augment", augment);
     v("optim", optim);
     v("loss", loss);
+    v("negatives", negatives);
     v("train", train);
     v("checkpoint", checkpoint);
     v("watchdog", watchdog);

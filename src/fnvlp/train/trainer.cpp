@@ -19,7 +19,10 @@
 #include "fnvlp/loss/itc.hpp"
 #include "fnvlp/loss/itm.hpp"
 #include "fnvlp/loss/mlm.hpp"
+#include "fnvlp/loss/tcl.hpp"
 #include "fnvlp/model/albef.hpp"
+#include "fnvlp/negatives/glofnd.hpp"
+#include "fnvlp/negatives/srcl.hpp"
 #include "fnvlp/train/grad_sync.hpp"
 #include "fnvlp/train/run_dir.hpp"
 #include "fnvlp/train/schedule.hpp"
@@ -52,7 +55,35 @@ void set_blas_threads(int n) {
 }
 
 struct StepLosses {
-  double itc = 0, itm = 0, mlm = 0, total = 0;
+  double itc = 0, itm = 0, mlm = 0, imc = 0, lmi = 0, total = 0;
+};
+
+enum class NegMethod { kNone, kGlofnd, kFnc, kSrcl };
+NegMethod parse_neg_method(const std::string& name) {
+  if (name == "none") return NegMethod::kNone;
+  if (name == "glofnd") return NegMethod::kGlofnd;
+  if (name == "fnc") return NegMethod::kFnc;
+  if (name == "srcl") return NegMethod::kSrcl;
+  FNVLP_FAIL("negatives.method: unknown method '" << name << "' (none | glofnd | fnc | srcl)");
+}
+
+std::vector<int64_t> to_vector(const torch::Tensor& t) {
+  const auto c = t.to(torch::kLong).contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+// False-negative telemetry summed over a logging window on this rank (reduced at log time).
+struct FnWindow {
+  // [0] negatives, [1] filtered i2t, [2] filtered t2i, [3] filtered with the anchor's label,
+  // [4] filtered with known labels, [5] same-label negatives, [6] other pairs in the batch,
+  // [7] of those sharing an image_id, [8] pairs with both labels known, [9] of those same label
+  std::vector<double> counts = std::vector<double>(10, 0.0);
+  std::vector<float> lambda_image, lambda_text;  // λ of the window's anchors after their update
+  void clear() {
+    std::fill(counts.begin(), counts.end(), 0.0);
+    lambda_image.clear();
+    lambda_text.clear();
+  }
 };
 
 class Trainer {
@@ -95,6 +126,8 @@ class Trainer {
     groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(adamw(0.0)));
     optimizer_ =
         std::make_unique<torch::optim::AdamW>(std::move(groups), adamw(cfg_.optim.weight_decay));
+
+    setup_negatives();
 
     // Every rank must run the same number of steps: blocks differ in size by at most one pair.
     steps_per_epoch_ = comm_.allreduce_min(sampler_.batches_per_epoch());
@@ -154,6 +187,8 @@ class Trainer {
       window.itc += l.itc;
       window.itm += l.itm;
       window.mlm += l.mlm;
+      window.imc += l.imc;
+      window.lmi += l.lmi;
       window.total += l.total;
       ++window_steps;
       ++step_;
@@ -207,6 +242,127 @@ class Trainer {
   }
 
  private:
+  void setup_negatives() {
+    const NegativesConfig& nc = cfg_.negatives;
+    neg_method_ = parse_neg_method(nc.method);
+    FNVLP_CHECK(nc.alpha >= 0 && nc.alpha <= 1, "negatives.alpha " << nc.alpha << " not in [0, 1]");
+    if (neg_method_ == NegMethod::kGlofnd) {
+      negatives::GlofndOptions g;
+      g.alpha = nc.alpha;
+      g.lr = nc.glofnd_lr;
+      g.beta1 = nc.glofnd_beta1;
+      g.beta2 = nc.glofnd_beta2;
+      g.init = nc.glofnd_init;
+      glofnd_ = std::make_unique<negatives::GlofndState>(partition_.block(comm_.rank()), g);
+    }
+    if (neg_method_ == NegMethod::kSrcl && !nc.srcl_helper.empty()) {
+      // The frozen helper H of SRCL (eq. 6): a checkpoint of the same architecture.
+      helper_ = model::Albef(cfg_.model);
+      comm_.collective([&] { load_module(nc.srcl_helper, "model", *helper_); });
+      helper_->eval();
+      for (auto& p : helper_->parameters()) p.requires_grad_(false);
+    }
+    if (neg_method_ == NegMethod::kSrcl && nc.srcl_helper.empty() && comm_.is_root())
+      spdlog::warn(
+          "pretrain: SRCL without negatives.srcl_helper: the current model alone regulates the "
+          "weights (a = 0)");
+  }
+
+  // Removes (GloFND, FNC) or reweighs (SRCL) the ITC negatives of the local anchors, and records
+  // the telemetry. negative: bool [b, N], the columns that are negatives of each anchor.
+  void apply_negatives(loss::ItcInputs& in, const torch::Tensor& negative, const data::Batch& batch,
+                       const torch::Tensor& images) {
+    torch::NoGradGuard no_grad;
+    const NegativesConfig& nc = cfg_.negatives;
+    if (neg_method_ == NegMethod::kNone) return;
+    const bool active = epoch_ >= nc.start_epoch;
+    const loss::ItcCosine cos = loss::itc_cosine(in);
+    if (neg_method_ == NegMethod::kGlofnd && active) {
+      const std::vector<int64_t> pids = to_vector(batch.pair_id);
+      in.exclude_i2t = glofnd_->image.update_and_filter(cos.i2t, negative, pids);
+      in.exclude_t2i = glofnd_->text.update_and_filter(cos.t2i, negative, pids);
+      for (int64_t p : pids) {
+        fn_.lambda_image.push_back(glofnd_->image.lambda(p));
+        fn_.lambda_text.push_back(glofnd_->text.lambda(p));
+      }
+    } else if (neg_method_ == NegMethod::kFnc && active) {
+      in.exclude_i2t = negatives::fnc_filter(cos.i2t, negative, nc.alpha);
+      in.exclude_t2i = negatives::fnc_filter(cos.t2i, negative, nc.alpha);
+    } else if (neg_method_ == NegMethod::kSrcl) {
+      torch::Tensor h_i2t, h_t2i;
+      if (helper_) {
+        const auto hi = helper_->image_embed(helper_->encode_image(images));
+        const auto ht =
+            helper_->text_embed(helper_->encode_text(batch.tokens, batch.attention_mask));
+        const auto hi_all = allgather_rows(comm_, hi, nullptr);
+        const auto ht_all = allgather_rows(comm_, ht, nullptr);
+        h_i2t = torch::matmul(hi, ht_all.t());
+        h_t2i = torch::matmul(ht, hi_all.t());
+      }
+      const double a =
+          helper_ ? negatives::srcl_helper_weight(nc.srcl_helper_weight, step_, total_steps_) : 0;
+      in.weight_i2t = negatives::srcl_weights(cos.i2t, h_i2t, a, negative);
+      in.weight_t2i = negatives::srcl_weights(cos.t2i, h_t2i, a, negative);
+      last_srcl_a_ = a;
+    }
+    if (!in.exclude_i2t.defined()) return;
+    const auto fc_i = negatives::fn_counts(in.exclude_i2t, negative, batch.label, label_all_);
+    const auto fc_t = negatives::fn_counts(in.exclude_t2i, negative, batch.label, label_all_);
+    auto& c = fn_.counts;
+    c[0] += static_cast<double>(fc_i.negatives);
+    c[1] += static_cast<double>(fc_i.filtered);
+    c[2] += static_cast<double>(fc_t.filtered);
+    c[3] += static_cast<double>(fc_i.filtered_true + fc_t.filtered_true);
+    const auto known = (batch.label.to(torch::kLong).unsqueeze(1) >= 0) &
+                       (label_all_.unsqueeze(0) >= 0) & negative;
+    c[4] += static_cast<double>(
+        ((in.exclude_i2t & known).sum() + (in.exclude_t2i & known).sum()).item<int64_t>());
+    c[5] += static_cast<double>(fc_i.same_label_neg + fc_t.same_label_neg);
+  }
+
+  // In-batch rate of known false negatives (FALCON Fig. 2) for whatever sampler built the batch:
+  // among the other pairs of the global batch, those sharing the anchor's image_id / label.
+  void record_batch_fn(const loss::ItcInputs& in, const data::Batch& batch) {
+    const int64_t b = batch.size(), n = in.image_id_all.size(0);
+    auto others = torch::ones({b, n}, torch::kBool);
+    others.narrow(1, in.offset, b).fill_diagonal_(false);
+    const auto same_image = (in.image_id.unsqueeze(1) == in.image_id_all.unsqueeze(0)) & others;
+    const auto lr = batch.label.to(torch::kLong).unsqueeze(1);
+    const auto lc = label_all_.unsqueeze(0);
+    const auto known = (lr >= 0) & (lc >= 0) & others;
+    auto& c = fn_.counts;
+    c[6] += static_cast<double>(others.sum().item<int64_t>());
+    c[7] += static_cast<double>(same_image.sum().item<int64_t>());
+    c[8] += static_cast<double>(known.sum().item<int64_t>());
+    c[9] += static_cast<double>((known & (lr == lc)).sum().item<int64_t>());
+  }
+
+  // Extra losses of TCL (loss/tcl.hpp) on a second augmented view and a second text pass.
+  std::pair<torch::Tensor, torch::Tensor> tcl_losses(const data::Batch& batch,
+                                                     const torch::Tensor& img,
+                                                     const torch::Tensor& txt,
+                                                     const torch::Tensor& text_hidden,
+                                                     const torch::Tensor& temp) {
+    auto gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 4);
+    const torch::Tensor tokens2 = model_->encode_image(augment_.train(batch.images, gen));
+    const torch::Tensor img2 = model_->image_embed(tokens2);
+    // Two dropout masks on the text (TCL's T and T+); without dropout both passes are equal.
+    const torch::Tensor hidden2 = cfg_.model.dropout > 0
+                                      ? model_->encode_text(batch.tokens, batch.attention_mask)
+                                      : text_hidden;
+    const torch::Tensor txt2 = model_->text_embed(hidden2);
+    const torch::Tensor imc = 0.5 * (loss::imc_loss(img, img2, batch.image_id, temp) +
+                                     loss::imc_loss(txt, txt2, batch.image_id, temp));
+    const int64_t len = hidden2.size(1);
+    const torch::Tensor local_img =
+        model_->project_image_tokens(loss::pool_patch_tokens(tokens2, cfg_.loss.tcl_grid));
+    const torch::Tensor local_txt = model_->project_text_tokens(hidden2.narrow(1, 1, len - 1));
+    const torch::Tensor valid = batch.attention_mask.narrow(1, 1, len - 1) > 0;
+    const torch::Tensor lmi = 0.5 * (loss::lmi_loss(img, local_img, {}, batch.image_id, temp) +
+                                     loss::lmi_loss(txt, local_txt, valid, batch.image_id, temp));
+    return {imc, lmi};
+  }
+
   // One optimizer step (or a skipped one). Returns this rank's losses.
   StepLosses train_step(const data::Batch& batch) {
     model_->train();
@@ -241,6 +397,12 @@ class Trainer {
     in.temp = model_->temp();
     in.image_id = batch.image_id;
     in.image_id_all = allgather_ids(batch.image_id);
+    label_all_ = allgather_ids(batch.label);
+    // Negatives of each local anchor: every global column that does not share its image_id (the
+    // own pair included in "shares").
+    const torch::Tensor negative = in.image_id.unsqueeze(1) != in.image_id_all.unsqueeze(0);
+    apply_negatives(in, negative, batch, images);
+    record_batch_fn(in, batch);
     in.soft = loss::parse_soft_targets(cfg_.loss.soft_targets);
     const int64_t ramp =
         cfg_.loss.soft_warmup_steps < 0 ? steps_per_epoch_ : cfg_.loss.soft_warmup_steps;
@@ -254,10 +416,15 @@ class Trainer {
     const int64_t b = batch.size();
     auto itm_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 2);
     const auto local = torch::indexing::Slice(in.offset, in.offset + b);
+    torch::Tensor itm_excl_i2t, itm_excl_t2i;
+    if (cfg_.negatives.filter_itm && in.exclude_i2t.defined()) {
+      itm_excl_i2t = in.exclude_i2t.index({torch::indexing::Slice(), local});
+      itm_excl_t2i = in.exclude_t2i.index({torch::indexing::Slice(), local});
+    }
     const auto negatives = loss::sample_itm_negatives(
         itc.sim_i2t.index({torch::indexing::Slice(), local}),
-        itc.sim_t2i.index({torch::indexing::Slice(), local}), batch.image_id, {}, {},
-        loss::parse_itm_negative_mode(cfg_.loss.itm_negatives), itm_gen);
+        itc.sim_t2i.index({torch::indexing::Slice(), local}), batch.image_id, itm_excl_i2t,
+        itm_excl_t2i, loss::parse_itm_negative_mode(cfg_.loss.itm_negatives), itm_gen);
     const loss::ItmPairs pairs = loss::itm_pairs(negatives);
     const torch::Tensor fused = model_->fuse(text_hidden.index_select(0, pairs.text_index),
                                              mask.index_select(0, pairs.text_index),
@@ -276,7 +443,13 @@ class Trainer {
 
     torch::Tensor total =
         cfg_.loss.itc_weight * itc.loss + cfg_.loss.itm_weight * itm + cfg_.loss.mlm_weight * mlm;
-    StepLosses out{itc.loss.item<double>(), itm.item<double>(), mlm.item<double>(), 0};
+    StepLosses out{itc.loss.item<double>(), itm.item<double>(), mlm.item<double>(), 0, 0, 0};
+    if (cfg_.loss.tcl) {
+      const auto [imc, lmi] = tcl_losses(batch, img, txt, text_hidden, in.temp);
+      total = total + cfg_.loss.tcl_imc_weight * imc + cfg_.loss.tcl_lmi_weight * lmi;
+      out.imc = imc.item<double>();
+      out.lmi = lmi.item<double>();
+    }
     out.total = total.item<double>();
     if (step_ == cfg_.train.inject_nonfinite_step &&
         comm_.rank() == cfg_.train.inject_nonfinite_rank)
@@ -334,12 +507,66 @@ class Trainer {
                      {"samples_per_s", sps}, {"samples_per_s_per_rank", sps / comm_.size()},
                      {"data_wait", v[4]},    {"skipped_steps", skips_.total()},
                      {"elapsed_s", elapsed}};
+    if (cfg_.loss.tcl) {
+      std::vector<double> t = {sum.imc / n, sum.lmi / n};
+      comm_.allreduce_mean(t);
+      last_metrics_["imc"] = t[0];
+      last_metrics_["lmi"] = t[1];
+    }
+    add_fn_metrics(last_metrics_);
     metrics.write(last_metrics_);
     if (comm_.is_root())
       spdlog::info(
           "step={} epoch={} itc={:.4f} itm={:.4f} mlm={:.4f} lr={:.3e} samples/s={:.1f} "
-          "samples/s/rank={:.1f} eta={:.0f}s data_wait={:.1f}%",
-          step_, epoch_, v[0], v[1], v[2], last_lr_, sps, sps / comm_.size(), eta, 100 * v[4]);
+          "samples/s/rank={:.1f} eta={:.0f}s data_wait={:.1f}%{}",
+          step_, epoch_, v[0], v[1], v[2], last_lr_, sps, sps / comm_.size(), eta, 100 * v[4],
+          fn_progress(last_metrics_));
+  }
+
+  // The window's false-negative telemetry (contract keys of metrics.jsonl), reduced over ranks.
+  void add_fn_metrics(json& m) {
+    std::vector<double> c = fn_.counts;
+    comm_.allreduce_sum(c);
+    auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+    if (c[6] > 0) m["batch_fn_rate_image"] = ratio(c[7], c[6]);
+    if (c[8] > 0) m["batch_fn_rate_label"] = ratio(c[9], c[8]);
+    if (c[0] > 0) {
+      m["filtered_frac_i2t"] = ratio(c[1], c[0]);
+      m["filtered_frac_t2i"] = ratio(c[2], c[0]);
+      if (c[8] > 0) {  // labels exist: precision / recall against same-label ground truth
+        const double p = ratio(c[3], c[4]), r = ratio(c[3], c[5]);
+        m["fn_precision"] = p;
+        m["fn_recall"] = r;
+        m["fn_f1"] = p + r > 0 ? 2 * p * r / (p + r) : 0.0;
+      }
+    }
+    if (glofnd_) {
+      auto stats = [&](const std::vector<float>& local, const char* side) {
+        std::vector<float> all = comm_.allgatherv(local);
+        if (all.empty()) return;
+        std::sort(all.begin(), all.end());
+        double mean = 0;
+        for (float x : all) mean += x;
+        auto at = [&](double q) {
+          return all[static_cast<size_t>(std::floor(q * static_cast<double>(all.size() - 1)))];
+        };
+        m[std::string("lambda_") + side + "_mean"] = mean / static_cast<double>(all.size());
+        m[std::string("lambda_") + side + "_p5"] = at(0.05);
+        m[std::string("lambda_") + side + "_p95"] = at(0.95);
+      };
+      stats(fn_.lambda_image, "image");
+      stats(fn_.lambda_text, "text");
+    }
+    if (neg_method_ == NegMethod::kSrcl) m["srcl_helper_weight"] = last_srcl_a_;
+    fn_.clear();
+  }
+
+  static std::string fn_progress(const json& m) {
+    std::string s;
+    for (const char* k : {"filtered_frac_i2t", "lambda_image_mean", "fn_precision", "fn_recall",
+                          "batch_fn_rate_label", "imc", "lmi"})
+      if (m.contains(k)) s += fmt::format(" {}={:.4f}", k, m[k].get<double>());
+    return s;
   }
 
   void finish_epoch(Watchdog& dog, MetricsWriter& metrics) {
@@ -388,7 +615,11 @@ class Trainer {
 
   void export_embeddings(Watchdog& dog, MetricsWriter& metrics) {
     auto guard = dog.long_phase("export embeddings");
-    const data::Embeddings e = embed_dataset(dataset_);
+    data::Embeddings e = embed_dataset(dataset_);
+    if (glofnd_) {  // blocks are contiguous and in rank order: the gather is in pair_id order
+      e.glofnd_lambda_image = comm_.allgatherv(glofnd_->image.lambdas());
+      e.glofnd_lambda_text = comm_.allgatherv(glofnd_->text.lambdas());
+    }
     comm_.collective([&] {
       if (comm_.is_root()) data::write_embeddings(run_.embeddings_path(epoch_), e);
     });
@@ -425,6 +656,13 @@ class Trainer {
                         {"last_exported_epoch", last_exported_epoch_}};
     const std::string sampler_text = sampler_state.dump();
     ckpt_.save(step_, [&](const std::string& dir) {
+      if (glofnd_) {  // collective, first (see CheckpointManager::save)
+        const std::vector<int64_t> ids = block_pair_ids();
+        save_per_pair(dir, "glofnd_image", comm_, ids, glofnd_->image.export_rows(),
+                      negatives::GlofndSide::kCols, dataset_.num_pairs());
+        save_per_pair(dir, "glofnd_text", comm_, ids, glofnd_->text.export_rows(),
+                      negatives::GlofndSide::kCols, dataset_.num_pairs());
+      }
       write_file((fs::path(dir) / rank_file("sampler", comm_.rank())).string(), sampler_text);
       if (!comm_.is_root()) return;
       save_module(dir, "model", *model_);
@@ -447,6 +685,7 @@ class Trainer {
     }
     load_module(info->dir, "model", *model_);
     load_optimizer(info->dir, "optimizer", *optimizer_);
+    if (glofnd_) load_glofnd(info->dir);
     const json state = json::parse(read_file((fs::path(info->dir) / "trainer.json").string()));
     step_ = state.at("step").get<int64_t>();
     epoch_ = state.at("epoch").get<int64_t>();
@@ -462,6 +701,30 @@ class Trainer {
       spdlog::info("pretrain: resumed from {} (step {}, epoch {}, written by {} ranks)", info->dir,
                    step_, epoch_, info->world_size);
     return true;
+  }
+
+  std::vector<int64_t> block_pair_ids() const {
+    const data::PairRange block = partition_.block(comm_.rank());
+    std::vector<int64_t> ids(static_cast<size_t>(block.size()));
+    for (int64_t p = block.begin; p < block.end; ++p) ids[static_cast<size_t>(p - block.begin)] = p;
+    return ids;
+  }
+
+  // λ state by global pair_id: the rank's current block, whatever the rank count that wrote it.
+  void load_glofnd(const std::string& dir) {
+    const std::vector<int64_t> ids = block_pair_ids();
+    for (auto* side : {&glofnd_->image, &glofnd_->text}) {
+      const std::string name = side == &glofnd_->image ? "glofnd_image" : "glofnd_text";
+      const PerPairRows rows = load_per_pair(dir, name, comm_, ids);
+      FNVLP_CHECK(
+          rows.cols == negatives::GlofndSide::kCols && rows.num_pairs_total == dataset_.num_pairs(),
+          dir << "/" << name << ".h5: " << rows.num_pairs_total << " pairs x " << rows.cols
+              << " columns, the dataset has " << dataset_.num_pairs() << " pairs");
+      const auto missing = std::count(rows.valid.begin(), rows.valid.end(), uint8_t{0});
+      FNVLP_CHECK(missing == 0, dir << "/" << name << ".h5: " << missing
+                                    << " pairs of this rank's block have no saved state");
+      side->import_rows(rows.values);
+    }
   }
 
   const Comm& comm_;
@@ -486,6 +749,12 @@ class Trainer {
   int64_t last_exported_epoch_ = -1;
   double last_lr_ = 0;
   json last_metrics_ = json::object();
+  NegMethod neg_method_ = NegMethod::kNone;
+  std::unique_ptr<negatives::GlofndState> glofnd_;
+  model::Albef helper_{nullptr};
+  double last_srcl_a_ = 0;
+  torch::Tensor label_all_;
+  FnWindow fn_;
 };
 
 }  // namespace

@@ -1,0 +1,98 @@
+#pragma once
+// GloFND: a learned per-anchor threshold λ_i for every image and every text of the dataset
+// (Balmaseda et al., ICML 2025, glofnd.txt §3.1–3.3, App. B, App. D.2).
+//
+// λ_i approximates the (1−α)-quantile of anchor i's similarities to ALL its negatives in the
+// dataset (eq. 2):  λ_i = argmin_{ν ∈ [−1, 1]}  ν·α + (1/|R_i|) Σ_{r ∈ R_i} (r − ν)_+ ,
+// learned one mini-batch at a time from the stochastic subgradient (§3.2.1)
+//     ∇̂_i = α − (1/|B_i⁻|) Σ_{x ∈ B_i⁻} 1[sim(z_i, x) > λ_i]
+// over the anchor's negatives in the global batch B_i⁻, with Adam (App. D.2: lr 0.05,
+// betas (0.9, 0.98)) and the projection Π_[−1,1]. Bimodal (§3.3): λ_I[i] for image anchor i
+// against text negatives, λ_T[i] for text anchor i against image negatives. Negatives with
+// sim > λ_i leave the contrastive denominator (eq. 3: S̃_i⁻ = {x ∈ S_i⁻ : sim ≤ λ_i}).
+//
+// Partitioned state (DESIGN.md §3): a rank holds λ, the Adam moments and the update count only
+// for the pairs of its own block, the only anchors it ever puts in its batches, so λ never
+// travels per step and memory is O(N / R) per rank. Bias correction uses each anchor's own
+// update count (an anchor is updated once per epoch, a global step counter would over-correct).
+// The state is saved per global pair_id (train/checkpoint.hpp: save_per_pair), so a run resumes
+// on another rank count by loading the pair_ids of its new block.
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "fnvlp/data/sampler.hpp"
+
+namespace fnvlp::negatives {
+
+struct GlofndOptions {
+  double alpha = 0.01;  // fraction of an anchor's negatives treated as false negatives
+  double lr = 0.05;
+  double beta1 = 0.9;
+  double beta2 = 0.98;
+  double eps = 1e-8;
+  double init = 1.0;  // λ starts at 1: nothing is filtered until λ has learned
+};
+
+// One side (image anchors or text anchors) of the rank's block.
+class GlofndSide {
+ public:
+  GlofndSide(data::PairRange block, const GlofndOptions& opt);
+
+  // cos: detached cosine similarities [b, N] of the b local anchors (pair_ids, all inside the
+  // block) against the global batch; negative: bool [b, N], true where the column is a negative
+  // of the anchor (not the own pair, not a pair sharing its image_id). Updates λ of the b
+  // anchors by one Adam step (eq. 4 with Adam), then returns the exclusion mask
+  // negative & (cos > λ_updated) [b, N], as the algorithm updates λ before filtering (§3.2).
+  torch::Tensor update_and_filter(const torch::Tensor& cos, const torch::Tensor& negative,
+                                  const std::vector<int64_t>& pair_ids);
+  // Exclusion mask with the current λ, no update (before the start epoch: false everywhere is
+  // what the trainer wants; this is for evaluation and tests).
+  torch::Tensor filter(const torch::Tensor& cos, const torch::Tensor& negative,
+                       const std::vector<int64_t>& pair_ids) const;
+
+  float lambda(int64_t pair_id) const { return lambda_[local(pair_id)]; }
+  const std::vector<float>& lambdas() const { return lambda_; }  // block order
+  const data::PairRange& block() const { return block_; }
+  // Bytes of state held (λ, m, v, count), for the memory benchmark.
+  size_t state_bytes() const;
+
+  // Per-pair rows for checkpoints: [λ, m, v, count] for each pair of the block, in block order.
+  std::vector<float> export_rows() const;
+  void import_rows(const std::vector<float>& rows);  // the same layout, block order
+  static constexpr int64_t kCols = 4;
+
+ private:
+  int64_t local(int64_t pair_id) const;
+  data::PairRange block_;
+  GlofndOptions opt_;
+  std::vector<float> lambda_, m_, v_;
+  std::vector<int32_t> count_;
+};
+
+// λ_I and λ_T of the rank's block.
+struct GlofndState {
+  GlofndState(data::PairRange block, const GlofndOptions& opt)
+      : image(block, opt), text(block, opt) {}
+  GlofndSide image, text;
+};
+
+// FNC baseline (GloFND §4; Huynh et al.): in-batch, per anchor the k = ⌈α·n_neg⌉ most similar
+// negatives (n_neg: the anchor's negatives in the global batch) are false negatives. Returns the
+// exclusion mask [b, N]; ties at the k-th value are broken by column index (torch::topk is not
+// stable across builds, so the selection sorts explicitly).
+torch::Tensor fnc_filter(const torch::Tensor& cos, const torch::Tensor& negative, double alpha);
+
+// Precision / recall counts of an exclusion mask against same-label ground truth (labels -1 are
+// unknown and count as neither). label_row [b], label_col [N].
+struct FnCounts {
+  int64_t filtered = 0;        // excluded negatives
+  int64_t filtered_true = 0;   // ... that share the anchor's label
+  int64_t same_label_neg = 0;  // negatives sharing the anchor's label
+  int64_t negatives = 0;       // all negatives
+};
+FnCounts fn_counts(const torch::Tensor& exclude, const torch::Tensor& negative,
+                   const torch::Tensor& label_row, const torch::Tensor& label_col);
+
+}  // namespace fnvlp::negatives

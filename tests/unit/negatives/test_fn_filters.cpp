@@ -1,0 +1,227 @@
+// GloFND, FNC and SRCL math on small hand-made similarity sets (negatives/), TCL's IMC/LMI
+// (loss/tcl.hpp).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "fnvlp/core/error.hpp"
+#include "fnvlp/loss/tcl.hpp"
+#include "fnvlp/negatives/glofnd.hpp"
+#include "fnvlp/negatives/srcl.hpp"
+
+namespace fnvlp::negatives {
+namespace {
+
+std::vector<float> sorted_desc(torch::Tensor t) {
+  t = t.contiguous();
+  std::vector<float> v(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+  std::sort(v.begin(), v.end(), std::greater<float>());
+  return v;
+}
+
+// With the full negative set every step (exact subgradient), λ settles at the (1−α)-quantile:
+// the fraction of scores above it approaches α (Lemma: λ is the k-th largest, k = ⌈α n⌉, up to
+// the oscillation of a constant-step method).
+TEST(NegativesGlofnd, ConvergesToExactQuantileWithFullSet) {
+  torch::manual_seed(1);
+  const int64_t n = 1000;
+  const auto scores = torch::rand({1, n}) * 1.6 - 0.8;  // in [-0.8, 0.8]
+  const auto negative = torch::ones({1, n}, torch::kBool);
+  GlofndOptions opt;
+  opt.alpha = 0.1;
+  opt.lr = 0.01;
+  GlofndSide side({0, 1}, opt);
+  for (int i = 0; i < 3000; ++i) side.update_and_filter(scores, negative, {0});
+  const auto s = sorted_desc(scores);
+  const int64_t k = static_cast<int64_t>(std::ceil(opt.alpha * n));  // 100
+  const float lam = side.lambda(0);
+  const double above = (scores > lam).sum().item<int64_t>() / static_cast<double>(n);
+  EXPECT_NEAR(above, opt.alpha, 0.02) << "lambda " << lam << " exact " << s[k - 1];
+  EXPECT_NEAR(lam, s[k - 1], 0.02);
+}
+
+// Mini-batches of 64 random negatives per step: the stochastic subgradient of eq. 2 still
+// drives λ to the dataset-wide quantile, which no single batch contains.
+TEST(NegativesGlofnd, StochasticBatchesTrackTheGlobalQuantile) {
+  torch::manual_seed(2);
+  const int64_t n = 4000, b = 64;
+  const auto scores = torch::randn({n}) * 0.2;
+  GlofndOptions opt;
+  opt.alpha = 0.05;
+  opt.lr = 0.01;
+  GlofndSide side({10, 11}, opt);  // the anchor's pair_id is 10
+  const auto negative = torch::ones({1, b}, torch::kBool);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  for (int i = 0; i < 4000; ++i) {
+    const auto idx = torch::randint(n, {b}, gen, torch::kLong);
+    side.update_and_filter(scores.index_select(0, idx).unsqueeze(0), negative, {10});
+  }
+  const auto s = sorted_desc(scores);
+  const float exact = s[static_cast<size_t>(std::ceil(opt.alpha * n)) - 1];
+  const double above = (scores > side.lambda(10)).sum().item<int64_t>() / static_cast<double>(n);
+  EXPECT_NEAR(above, opt.alpha, 0.025) << "lambda " << side.lambda(10) << " exact " << exact;
+}
+
+TEST(NegativesGlofnd, FiltersOnlyNegativesAboveUpdatedLambda) {
+  GlofndOptions opt;
+  opt.alpha = 0.5;
+  opt.init = 0.3;  // above 0.3 goes
+  GlofndSide side({0, 2}, opt);
+  const auto cos = torch::tensor({{0.9f, 0.5f, 0.1f, 0.95f}, {0.2f, 0.8f, 0.4f, 0.0f}});
+  auto negative = torch::ones({2, 4}, torch::kBool);
+  negative[0][3] = false;  // a same-image column: never filtered, whatever its similarity
+  negative[1][1] = false;
+  const auto before = side.filter(cos, negative, {0, 1});
+  EXPECT_TRUE(before[0][0].item<bool>());
+  EXPECT_TRUE(before[0][1].item<bool>());
+  EXPECT_FALSE(before[0][3].item<bool>());
+  EXPECT_FALSE(before[1][1].item<bool>());
+  // Row 0: 2 of 3 negatives above 0.3 -> gradient 0.5 - 2/3 < 0 -> λ rises; row 1: 1 of 3 above
+  // -> gradient 0.5 - 1/3 > 0 -> λ falls. Adam's first step moves each by lr (|m̂/√v̂| = 1).
+  const auto after = side.update_and_filter(cos, negative, {0, 1});
+  EXPECT_NEAR(side.lambda(0), 0.3 + opt.lr, 1e-6);
+  EXPECT_NEAR(side.lambda(1), 0.3 - opt.lr, 1e-6);
+  EXPECT_TRUE(torch::equal(after, side.filter(cos, negative, {0, 1})));
+  EXPECT_FALSE(after.masked_select(~negative).any().item<bool>());
+}
+
+TEST(NegativesGlofnd, ProjectsToUnitIntervalAndOwnsOnlyItsBlock) {
+  GlofndOptions opt;
+  opt.lr = 1.0;
+  opt.alpha = 1.0;  // every step pushes λ down by lr: 1 -> 0 -> -1 -> held at -1
+  GlofndSide side({100, 103}, opt);
+  const auto cos = torch::full({1, 5}, 0.99f);
+  const auto negative = torch::ones({1, 5}, torch::kBool);
+  for (int i = 0; i < 5; ++i) side.update_and_filter(cos, negative, {101});
+  EXPECT_FLOAT_EQ(side.lambda(101), -1.0f);
+  EXPECT_FLOAT_EQ(side.lambda(100), 1.0f);  // untouched anchors keep their value
+  EXPECT_THROW(side.update_and_filter(cos, negative, {103}), Error);
+  EXPECT_THROW(side.lambda(99), Error);
+}
+
+TEST(NegativesGlofnd, ExportImportRoundTrip) {
+  GlofndOptions opt;
+  GlofndSide a({0, 3}, opt), b({0, 3}, opt);
+  const auto cos = torch::rand({3, 6});
+  const auto negative = torch::ones({3, 6}, torch::kBool);
+  for (int i = 0; i < 3; ++i) a.update_and_filter(cos, negative, {0, 1, 2});
+  b.import_rows(a.export_rows());
+  EXPECT_EQ(a.export_rows(), b.export_rows());
+  // The restored moments and counts continue the same trajectory.
+  a.update_and_filter(cos, negative, {0, 1, 2});
+  b.update_and_filter(cos, negative, {0, 1, 2});
+  EXPECT_EQ(a.lambdas(), b.lambdas());
+  EXPECT_THROW(b.import_rows(std::vector<float>(5)), Error);
+  // O(block) memory: 4 values of 4 bytes per pair.
+  EXPECT_EQ(GlofndSide({0, 1000}, opt).state_bytes(), 1000u * 16u);
+}
+
+TEST(NegativesFnc, TopCeilAlphaOfTheNegativesTiesByColumn) {
+  const auto cos = torch::tensor({{0.9f, 0.8f, 0.8f, 0.1f, 0.99f}, {0.1f, 0.2f, 0.3f, 0.4f, 0.5f}});
+  auto negative = torch::ones({2, 5}, torch::kBool);
+  negative[0][4] = false;  // own positive: the highest similarity, not a candidate
+  // Row 0: 4 negatives, alpha 0.5 -> k = 2: 0.9 (col 0) and the tie 0.8 -> lower column 1.
+  const auto ex = fnc_filter(cos, negative, 0.5);
+  EXPECT_TRUE(torch::equal(ex[0], torch::tensor({true, true, false, false, false})));
+  // Row 1: 5 negatives, k = ceil(2.5) = 3: cols 4, 3, 2.
+  EXPECT_TRUE(torch::equal(ex[1], torch::tensor({false, false, true, true, true})));
+  // Any alpha > 0 removes at least one; alpha 0 none.
+  EXPECT_EQ(fnc_filter(cos, negative, 0.01).sum().item<int64_t>(), 2);
+  EXPECT_EQ(fnc_filter(cos, negative, 0.0).sum().item<int64_t>(), 0);
+}
+
+TEST(NegativesFnCounts, PrecisionRecallAgainstLabels) {
+  const auto exclude = torch::tensor({{false, true, true, false}});
+  const auto negative = torch::tensor({{false, true, true, true}});
+  const auto lr = torch::tensor({3});
+  const auto lc = torch::tensor({3, 3, 5, 3});  // cols 1 and 3 are same-label negatives
+  const FnCounts c = fn_counts(exclude, negative, lr, lc);
+  EXPECT_EQ(c.negatives, 3);
+  EXPECT_EQ(c.filtered, 2);
+  EXPECT_EQ(c.filtered_true, 1);   // precision 1/2
+  EXPECT_EQ(c.same_label_neg, 2);  // recall 1/2
+  // Unknown labels are never ground-truth positives.
+  EXPECT_EQ(fn_counts(exclude, negative, torch::tensor({-1}), torch::full({4}, -1)).filtered_true,
+            0);
+}
+
+TEST(NegativesSrcl, WeightsAverageOneAndFallWithSimilarity) {
+  const auto cos = torch::tensor({{0.9f, 0.1f, -0.5f, 0.3f}, {0.0f, 0.0f, 0.0f, 0.0f}});
+  auto negative = torch::ones({2, 4}, torch::kBool);
+  negative[0][0] = false;
+  const auto w = srcl_weights(cos, {}, 0.0, negative);
+  const auto neg_mean = (w * negative).sum(1) / negative.sum(1);
+  EXPECT_NEAR(neg_mean[0].item<float>(), 1.0f, 1e-5);
+  EXPECT_NEAR(neg_mean[1].item<float>(), 1.0f, 1e-5);
+  EXPECT_FLOAT_EQ(w[0][0].item<float>(), 1.0f);             // positive column untouched
+  EXPECT_GT(w[0][2].item<float>(), w[0][1].item<float>());  // less similar -> larger weight
+  EXPECT_GT(w[0][1].item<float>(), w[0][3].item<float>());
+  // w ∝ 1/exp(s): ratio of two weights is exp(s_b - s_a).
+  EXPECT_NEAR(w[0][2].item<float>() / w[0][1].item<float>(), std::exp(0.1 + 0.5), 1e-4);
+  // a = 1: the helper alone decides (current similarities ignored).
+  const auto helper = torch::tensor({{0.0f, 0.5f, 0.5f, 0.5f}, {0.0f, 0.0f, 0.0f, 0.0f}});
+  const auto wh = srcl_weights(cos, helper, 1.0, negative);
+  EXPECT_NEAR(wh[0][1].item<float>(), 1.0f, 1e-5);
+  EXPECT_NEAR(wh[0][3].item<float>(), 1.0f, 1e-5);
+  EXPECT_NEAR(srcl_helper_weight(1.0, 25, 100), 0.75, 1e-12);
+  EXPECT_NEAR(srcl_helper_weight(0.8, 100, 100), 0.0, 1e-12);
+}
+
+TEST(LossTcl, ImcIsSymmetricInfoNceWithSameImageMasked) {
+  const auto a =
+      torch::nn::functional::normalize(torch::tensor({{1.f, 0.f}, {0.f, 1.f}, {1.f, 1.f}}),
+                                       torch::nn::functional::NormalizeFuncOptions().dim(1));
+  const auto b =
+      torch::nn::functional::normalize(torch::tensor({{1.f, .2f}, {.1f, 1.f}, {1.f, .8f}}),
+                                       torch::nn::functional::NormalizeFuncOptions().dim(1));
+  const auto temp = torch::tensor(0.5f);
+  const auto ids = torch::tensor({0L, 1L, 2L});
+  const auto logits = torch::matmul(a, b.t()) / 0.5;
+  const auto tgt = torch::arange(3);
+  const double expect =
+      0.5 * (torch::nn::functional::cross_entropy(logits, tgt).item<double>() +
+             torch::nn::functional::cross_entropy(logits.t(), tgt).item<double>());
+  EXPECT_NEAR(loss::imc_loss(a, b, ids, temp).item<double>(), expect, 1e-5);
+  // Samples 0 and 2 share an image: they stop being each other's negatives, the loss drops.
+  EXPECT_LT(loss::imc_loss(a, b, torch::tensor({0L, 1L, 0L}), temp).item<double>(), expect);
+}
+
+TEST(LossTcl, LmiIgnoresInvalidPositionsAndPoolsPatches) {
+  torch::manual_seed(3);
+  auto norm = [](const torch::Tensor& t) {
+    return torch::nn::functional::normalize(t,
+                                            torch::nn::functional::NormalizeFuncOptions().dim(-1));
+  };
+  const auto g = norm(torch::randn({3, 4}));
+  auto local = norm(torch::randn({3, 2, 4}));
+  const auto ids = torch::tensor({0L, 1L, 2L});
+  const auto temp = torch::tensor(0.1f);
+  const auto all = loss::lmi_loss(g, local, {}, ids, temp);
+  // Position 1 invalid for every sample: the loss is the position-0 InfoNCE alone.
+  const auto valid = torch::tensor({{true, false}, {true, false}, {true, false}});
+  const auto only0 = loss::lmi_loss(g, local, valid, ids, temp);
+  const auto logits0 = torch::matmul(g, local.select(1, 0).t()) / 0.1;
+  EXPECT_NEAR(only0.item<double>(),
+              torch::nn::functional::cross_entropy(logits0, torch::arange(3)).item<double>(), 1e-4);
+  // Changing the invalid position's embeddings changes nothing.
+  auto local2 = local.clone();
+  local2.select(1, 1).copy_(norm(torch::randn({3, 4})));
+  EXPECT_NEAR(loss::lmi_loss(g, local2, valid, ids, temp).item<double>(), only0.item<double>(),
+              1e-6);
+  EXPECT_TRUE(std::isfinite(all.item<double>()));
+  // 1 + 4x4 tokens pooled to 2x2: each output is the mean of one 2x2 quadrant.
+  auto tokens = torch::zeros({1, 17, 1});
+  for (int i = 0; i < 16; ++i) tokens[0][1 + i][0] = static_cast<float>(i);
+  const auto pooled = loss::pool_patch_tokens(tokens, 2);
+  ASSERT_EQ(pooled.sizes(), torch::IntArrayRef({1, 4, 1}));
+  EXPECT_FLOAT_EQ(pooled[0][0][0].item<float>(), (0 + 1 + 4 + 5) / 4.0f);
+  EXPECT_FLOAT_EQ(pooled[0][3][0].item<float>(), (10 + 11 + 14 + 15) / 4.0f);
+  EXPECT_THROW(loss::pool_patch_tokens(tokens, 3), Error);
+}
+
+}  // namespace
+}  // namespace fnvlp::negatives
