@@ -52,6 +52,22 @@ healthy() {
   esac
 }
 
+# The running cluster's config equals what write_conf would write now (timestamp aside).
+conf_current() {
+  local saved
+  [ -f "$conf" ] || return 1
+  saved=$(mktemp)
+  cp "$conf" "$saved"
+  write_conf
+  if diff -q <(tail -n +2 "$saved") <(tail -n +2 "$conf") >/dev/null; then
+    cp "$saved" "$conf"
+    rm -f "$saved"
+    return 0
+  fi
+  rm -f "$saved"
+  return 1
+}
+
 write_conf() {
   local cpus mem_mib
   cpus=$(nproc)
@@ -64,7 +80,8 @@ ClusterName=fnvlp-local
 SlurmctldHost=localhost
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$sock
+# cred_expire also sets how long a requeued job waits before it may start again (default 120 s).
+AuthInfo=socket=$sock,cred_expire=10
 SlurmUser=root
 SlurmdUser=root
 ProctrackType=proctrack/linuxproc
@@ -123,8 +140,13 @@ start_munge() {
 
 start() {
   if healthy; then
-    log "reusing the healthy cluster of $(client_conf)"
-    return 0
+    if [ "$(client_conf)" = "$conf" ] && ! conf_current; then
+      log "config of the running cluster is outdated: restarting it"
+      stop
+    else
+      log "reusing the healthy cluster of $(client_conf)"
+      return 0
+    fi
   fi
   [ "$(id -u)" -eq 0 ] || die "start needs root (slurmctld and slurmd run as root here)"
   for b in munged mungekey slurmctld slurmd scontrol sinfo; do

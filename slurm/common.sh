@@ -246,7 +246,7 @@ fnvlp_small_job_opts() {
 # A job that fails, or one left pending with DependencyNeverSatisfied, ends the wait: the
 # reason is printed (with the failed job's log tail), the remaining jobs are cancelled, and the
 # function returns 1.
-fnvlp_job_field() { sed -n "s/.*[[:space:]]$2=\([^[:space:]]*\).*/\1/p" <<<"$1" | head -1; }
+fnvlp_job_field() { sed -En "s/(^|.*[[:space:]])$2=([^[:space:]]*).*/\2/p" <<<"$1" | head -1; }
 
 fnvlp_wait_jobs() {
   local timeout=${FNVLP_WAIT_TIMEOUT:-3600} t0 id line state reason pending failed=""
@@ -299,7 +299,22 @@ fnvlp_report_failure() {
       tail -n 15 "$log" | sed 's/^/    | /' >&2
     fi
   done
+  # Jobs still waiting on the failed one: the scheduler marks them DependencyNeverSatisfied
+  # within a few passes; show that reason before cancelling them.
+  local t
   for id in "$@"; do
+    for t in $(seq 1 15); do
+      line=$(scontrol show job -o "$id" 2>/dev/null | grep -m1 'JobState=PENDING' || true)
+      [ -n "$line" ] || break
+      reason=$(fnvlp_job_field "$line" Reason)
+      if [ "$reason" = DependencyNeverSatisfied ] || [ "$t" -eq 15 ]; then
+        case "$failed" in *" $(fnvlp_job_field "$line" JobId):"*) ;; *)
+          echo "  job $(fnvlp_job_field "$line" JobId) ($(fnvlp_job_field "$line" JobName)): PENDING, reason $reason" >&2 ;;
+        esac
+        break
+      fi
+      sleep 1
+    done
     scancel "$id" 2>/dev/null || true
   done
   echo "fnvlp: error: cancelled the remaining jobs of: $*" >&2
