@@ -185,7 +185,8 @@ fnvlp_run_ranks() {
   local -a launcher
   read -r -a launcher <<<"$(fnvlp_launcher "$n")"
   fnvlp_log "launch: ${launcher[*]} $*"
-  "${launcher[@]}" "$@" &
+  # stdin from /dev/null: mpirun forwards stdin to rank 0 and would swallow a caller's loop input.
+  "${launcher[@]}" "$@" </dev/null &
   FNVLP_LAUNCH_PID=$!
   # `wait` returns early (>128) when a trapped signal arrives: wait again until the ranks exit.
   while true; do

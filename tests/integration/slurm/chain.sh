@@ -5,8 +5,8 @@
 #  both runs complete their steps and the logs carry the git commit and the resolved settings.
 set -euo pipefail
 # shellcheck source=tests/integration/slurm/lib.sh
-source "$(dirname "$0")/lib.sh" "$1" "$2" chain
-export FNVLP_STAGES="shard pretrain" FNVLP_SHARDS=$FNVLP_WORK/shards
+T_OWN_SHARDS=1 source "$(dirname "$0")/lib.sh" "$1" "$2" chain
+export FNVLP_STAGES="shard pretrain"
 mkdir -p "$FNVLP_LOGS"
 cd "$FNVLP_ROOT"
 

@@ -5,7 +5,7 @@
 # Also: a stage whose executable is not built is refused before anything is submitted.
 set -euo pipefail
 # shellcheck source=tests/integration/slurm/lib.sh
-source "$(dirname "$0")/lib.sh" "$1" "$2" fail_dep
+T_OWN_SHARDS=1 source "$(dirname "$0")/lib.sh" "$1" "$2" fail_dep
 bad=$FNVLP_WORK/bad-data
 mkdir -p "$bad"
 /usr/bin/python3 - "$bad" <<'PY'
@@ -15,7 +15,7 @@ recs = [{"image": f"missing/{i}.jpg", "caption": f"a photo number {i}", "image_i
 json.dump(recs, open(d + "/captions.json", "w"))
 json.dump({"train": list(range(16)), "val": list(range(16, 20))}, open(d + "/splits.json", "w"))
 PY
-export FNVLP_DATA=$bad FNVLP_SHARDS=$FNVLP_WORK/shards FNVLP_STAGES="shard pretrain"
+export FNVLP_DATA=$bad FNVLP_STAGES="shard pretrain"
 cd "$FNVLP_ROOT"
 set +e
 bash slurm/pipeline.sh submit --wait >"$FNVLP_WORK/out.txt" 2>&1

@@ -7,7 +7,12 @@ export FNVLP_BUILD_DIR=$1 FNVLP_ROOT=$2
 t_name=$3
 export FNVLP_SCALE=smoke
 export FNVLP_WORK=$FNVLP_BUILD_DIR/slurm-work/$t_name
-export FNVLP_SHARDS=${FNVLP_SHARDS:-$FNVLP_BUILD_DIR/slurm-work/shards}
+# T_OWN_SHARDS=1: shards of this test only (under its work directory).
+if [ "${T_OWN_SHARDS:-0}" = 1 ]; then
+  export FNVLP_SHARDS=$FNVLP_WORK/shards
+else
+  export FNVLP_SHARDS=$FNVLP_BUILD_DIR/slurm-work/shards
+fi
 export FNVLP_WAIT_TIMEOUT=${FNVLP_WAIT_TIMEOUT:-1500} FNVLP_WAIT_POLL=2
 rm -rf "$FNVLP_WORK"
 mkdir -p "$FNVLP_WORK"
