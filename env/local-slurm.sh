@@ -70,7 +70,8 @@ conf_current() {
 
 write_conf() {
   local cpus mem_mib
-  cpus=$(nproc)
+  # nproc honours OMP_NUM_THREADS (set to 1 by the test environment): ask for every CPU.
+  cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
   # Leave 10% of RAM to the OS so that slurmd's own check never finds less than configured.
   mem_mib=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
   mkdir -p "$dir/etc" "$dir/state" "$dir/spool" "$dir/log" "$dir/run"

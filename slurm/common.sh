@@ -170,7 +170,7 @@ fnvlp_launcher() {
     fi
   fi
   case "$mode" in
-    srun) echo "srun --mpi=pmix --ntasks=$n --kill-on-bad-exit=1 --cpu-bind=none" ;;
+    srun) echo "srun --mpi=pmix --ntasks=$n --kill-on-bad-exit=1" ;;
     mpirun) echo "mpirun --oversubscribe -np $n" ;;
     *) fnvlp_die "FNVLP_LAUNCHER=$mode: expected auto, srun or mpirun" ;;
   esac

@@ -12,8 +12,8 @@
 # Settings: slurm/common.sh (FNVLP_SCALE=smoke for minutes on one machine). The job ids of the
 # chain are written to $FNVLP_WORK/chain.tsv (stage, job id). Also sourced by pretrain_4m.sh.
 set -euo pipefail
-if [ -z "${FNVLP_ROOT:-}" ]; then
-  FNVLP_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if ! declare -F fnvlp_log >/dev/null; then # run as a command, not sourced by a script
+  FNVLP_ROOT=${FNVLP_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
   # shellcheck source=slurm/common.sh
   source "$FNVLP_ROOT/slurm/common.sh"
 fi

@@ -9,7 +9,7 @@
 set -euo pipefail
 # shellcheck source=tests/integration/slurm/lib.sh
 source "$(dirname "$0")/lib.sh" "$1" "$2" preempt
-export FNVLP_STAGES=pretrain FNVLP_STAGE=pretrain FNVLP_STEPS=40 FNVLP_LOG_EVERY=1
+export FNVLP_STAGES=pretrain FNVLP_STAGE=pretrain FNVLP_STEPS=16 FNVLP_LOG_EVERY=1
 mkdir -p "$FNVLP_LOGS"
 cd "$FNVLP_ROOT"
 bash slurm/step.sh shard >"$FNVLP_LOGS/shard.out" 2>&1 || fail "shard stage failed: $(tail -5 "$FNVLP_LOGS/shard.out")"
@@ -32,7 +32,7 @@ fnvlp_wait_jobs "$ref" || fail "reference job failed"
 for mode in usr1 requeue; do
   echo "== $mode"
   id=$(submit "$mode")
-  wait_lines "$FNVLP_WORK/$mode" 6
+  wait_lines "$FNVLP_WORK/$mode" 4
   if [ "$mode" = usr1 ]; then scancel --batch --signal=USR1 "$id"; else scontrol requeue "$id"; fi
   fnvlp_wait_jobs "$id" || fail "$mode job failed"
   restarts=$(job_field "$id" Restarts)
@@ -57,15 +57,15 @@ def metrics(run):
     val = [(r["step"], r["val_r_mean"]) for r in rows if "val_r_mean" in r]
     return {r["step"]: (r["itc"], r["itm"], r["mlm"], r["loss"]) for r in train}, val
 ref, ref_val = metrics("reference")
-assert sorted(ref) == list(range(1, 41)), sorted(ref)
+assert sorted(ref) == list(range(1, 17)), sorted(ref)
 for run in ("usr1", "requeue"):
     m, val = metrics(run)
     bad = [(s, ref[s], m.get(s)) for s in ref if m.get(s) != ref[s]]
     assert not bad, f"{run} differs from the uninterrupted run: {bad[:3]}"
     assert val[-1] == ref_val[-1], (run, val[-1], ref_val[-1])
     s = json.load(open(f"{w}/{run}/summary.json"))
-    assert s["status"] == "completed" and s["steps"] == 40, s
-print("preempt: usr1 and requeue runs equal the uninterrupted run at all 40 steps; "
-      "final loss %.4f, val r_mean %.2f" % (ref[40][3], ref_val[-1][1]))
+    assert s["status"] == "completed" and s["steps"] == 16, s
+print("preempt: usr1 and requeue runs equal the uninterrupted run at all 16 steps; "
+      "final loss %.4f, val r_mean %.2f" % (ref[16][3], ref_val[-1][1]))
 PY
 echo PASS
