@@ -12,6 +12,10 @@ eval "$(bash "$root/env/local-slurm.sh" env)"
 export FNVLP_SCALE=smoke FNVLP_ROOT=$root
 # shellcheck source=slurm/common.sh
 source "$root/slurm/common.sh"
+# shellcheck source=slurm/pipeline.sh
+source "$root/slurm/pipeline.sh"
+# shellcheck disable=SC2086  # the stage list is whitespace-separated
+fnvlp_check_stage_bins $FNVLP_STAGES # a stage whose executable is missing fails here, not in a job
 mkdir -p "$FNVLP_LOGS"
 cd "$root"
 # Command-line options override the 4M job's #SBATCH lines (4 nodes x 8 GPUs, 48 h).

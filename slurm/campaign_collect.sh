@@ -38,7 +38,12 @@ with open(os.path.join(camp, "results.csv"), "w", newline="") as f:
     w.writeheader()
     w.writerows(rows)
 def fmt(v): return f"{v:.2f}"
-md = [f"# Campaign {os.path.basename(os.path.abspath(camp))}", "",
+try:
+    import yaml
+    name = yaml.safe_load(open(os.path.join(camp, "matrix.yaml")))["name"]
+except Exception:  # the table matters more than its title
+    name = os.path.basename(os.path.abspath(camp))
+md = [f"# Campaign {name}", "",
       "| method | seed | " + " | ".join(keys) + " | source |",
       "|---|---|" + "---|" * len(keys) + "---|"]
 md += ["| %s | %d | %s | %s |" % (r["method"], r["seed"], " | ".join(fmt(r[k]) for k in keys), r["source"])

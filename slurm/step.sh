@@ -23,6 +23,8 @@ source "$FNVLP_ROOT/env/mpi-env.sh"
 
 stage=${1:?usage: slurm/step.sh shard|simstat|report|finetune|eval}
 fnvlp_log_header "step $stage"
+# The last line of a failed step's log says so (the pipeline's waiter shows the log's tail).
+trap 'rc=$?; [ "$rc" -eq 0 ] || fnvlp_log "step $stage FAILED (exit $rc)"' EXIT
 
 # Shard sets to build, one "OUT|INPUT|IMAGE_ROOT|SPLIT_FILE|SPLIT" per line.
 shard_specs() {
