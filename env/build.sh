@@ -4,6 +4,8 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${FNVLP_BUILD_DIR:-$root/build}
 jobs=${FNVLP_JOBS:-$(nproc)}
+# FNVLP_CMAKE_ARGS holds several options: word splitting is intended.
+# shellcheck disable=SC2086
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${FNVLP_BUILD_TYPE:-Release}" \
   ${FNVLP_SHARED_DIR:+-DFNVLP_SHARED_DIR="$FNVLP_SHARED_DIR"} ${FNVLP_CMAKE_ARGS:-}
 cmake --build "$build" -j "$jobs"

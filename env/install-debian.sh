@@ -16,6 +16,8 @@ packages=(
   libfaiss-dev
   # scheduler
   slurm-wlm munge
+  # script lint (tests: slurm.lint)
+  shellcheck
   # plots, benchmarks, reference scripts (Debian's python, not a venv)
   python3 python3-numpy python3-pil python3-h5py python3-matplotlib gnuplot-nox
 )

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the scripts: settings every fnvlp MPI run needs on this kind of machine.
 # OpenMPI refuses to run as root (containers, CI) without explicit consent.
 if [ "$(id -u)" -eq 0 ]; then

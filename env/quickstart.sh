@@ -1,31 +1,28 @@
 #!/usr/bin/env bash
-# README command 1: install, build, and run the main job on the embedded default data:
-# synthesize a labelled image-caption dataset, shard it over 2 MPI ranks, verify the shards, and
-# pretrain the tiny ALBEF-style model on it (zero-shot retrieval on the held-out split is logged).
+# README command 1: install, build, start the local single-node SLURM, submit the main job
+# (`sbatch slurm/pretrain_4m.sh` at smoke scale on the synthetic default data), wait for its chain
+# (shard -> pretrain -> simstat -> report -> finetune -> eval) and print where the results are.
+# FNVLP_STAGES, FNVLP_DATA, FNVLP_WORK, ... (slurm/common.sh) change what runs.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-work=${FNVLP_WORK:-$root/work/quickstart}
-shared=${FNVLP_SHARED_DIR:-$root/../shared}
-vocab=${FNVLP_VOCAB:-$shared/data/vocab/bert-base-uncased-vocab.txt}
-ranks=${FNVLP_RANKS:-2}
 bash "$root/env/install-debian.sh"
 bash "$root/env/build.sh"
-source "$root/env/mpi-env.sh"
-bin=${FNVLP_BUILD_DIR:-$root/build}
-mpirun=(mpirun --oversubscribe -np "$ranks")
-
-[ -f "$vocab" ] || { echo "quickstart: WordPiece vocab not found at $vocab (set FNVLP_VOCAB)" >&2; exit 1; }
-mkdir -p "$work"
-"${mpirun[@]}" "$bin/data_prep/fnvlp-synth" --out "$work/synth" --images "${FNVLP_SYNTH_IMAGES:-4000}" \
-  --captions-per-image 5 --classes 16 --image-size 64 --seed 1
-for split in train val; do
-  "${mpirun[@]}" "$bin/data_prep/fnvlp-shard" --input "$work/synth/captions.json" --format albef \
-    --image-root "$work/synth" --split-file "$work/synth/splits.json" --split "$split" \
-    --vocab "$vocab" --out "$work/shards-$split" --image-size 64 --max-len 30
-  "${mpirun[@]}" "$bin/data_prep/fnvlp-shard" --verify "$work/shards-$split"
-done
-"${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" --config "$root/jobs/configs/tiny.yaml" \
-  --data "$work/shards-train" --val "$work/shards-val" --out "$work/run" \
-  --set train.epochs="${FNVLP_EPOCHS:-2}" --set train.log_every=20
-echo "quickstart: shards in $work/shards-{train,val}; run directory $work/run (metrics.jsonl,"
-echo "  summary.json, checkpoints/latest, embeddings/epoch-*.h5)"
+bash "$root/env/local-slurm.sh" start
+eval "$(bash "$root/env/local-slurm.sh" env)"
+export FNVLP_SCALE=smoke FNVLP_ROOT=$root
+# shellcheck source=slurm/common.sh
+source "$root/slurm/common.sh"
+# shellcheck source=slurm/pipeline.sh
+source "$root/slurm/pipeline.sh"
+# shellcheck disable=SC2086  # the stage list is whitespace-separated
+fnvlp_check_stage_bins $FNVLP_STAGES # a stage whose executable is missing fails here, not in a job
+mkdir -p "$FNVLP_LOGS"
+cd "$root"
+# Command-line options override the 4M job's #SBATCH lines (4 nodes x 8 GPUs, 48 h).
+id=$(sbatch --parsable --nodes=1 --ntasks-per-node="$FNVLP_RANKS" --cpus-per-task=1 \
+  --gpus-per-node=0 --mem="$FNVLP_MEM" --time="$FNVLP_TIME" --output="$FNVLP_LOGS/%x-%j.out" \
+  slurm/pretrain_4m.sh)
+echo "quickstart: submitted slurm/pretrain_4m.sh as job $id (logs in $FNVLP_LOGS)"
+bash slurm/pipeline.sh wait --job "$id"
+echo "quickstart: run directory $FNVLP_RUN (metrics.jsonl, checkpoints/latest, embeddings/)"
+echo "quickstart: report $FNVLP_RUN/report/report.html; evaluation $FNVLP_WORK/eval.json"

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# An ablation campaign as one SLURM job array: `bash slurm/ablation_campaign.sh MATRIX.yaml
+# [--out CAMPAIGN_DIR] [--methods m1,m2] [--wait]`.
+# MATRIX.yaml (slurm/campaigns/): name, methods (slurm/methods.sh names or `custom` ones), seeds,
+# concurrency (%N of the array), set (overrides for every task), custom (name -> overrides).
+# Jobs: shard (kept when the shards verify) -> array over methods x seeds (%A_%a; each task
+# pretrains, then evaluates, into CAMPAIGN/tasks/<method>-s<seed>/) -> collect (results.csv,
+# results.md, fnvlp-report --campaign). Array index = method position * len(seeds) + seed
+# position, written to CAMPAIGN/index.tsv before anything is submitted.
+set -euo pipefail
+FNVLP_ROOT=${FNVLP_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+# shellcheck source=slurm/common.sh
+source "$FNVLP_ROOT/slurm/common.sh"
+# shellcheck source=slurm/methods.sh
+source "$FNVLP_ROOT/slurm/methods.sh"
+# shellcheck source=slurm/pipeline.sh
+source "$FNVLP_ROOT/slurm/pipeline.sh"
+
+matrix=${1:?usage: slurm/ablation_campaign.sh MATRIX.yaml [--out DIR] [--methods a,b] [--wait]}
+shift
+[ -f "$matrix" ] || fnvlp_die "matrix not found: $matrix"
+out="" methods_cli="" wait=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out=$2 && shift 2 ;;
+    --methods) methods_cli=$2 && shift 2 ;;
+    --wait) wait=1 && shift ;;
+    *) fnvlp_die "unknown option $1" ;;
+  esac
+done
+
+# The matrix, validated: name, then one line per method (name TAB custom overrides or "-").
+parsed=$(/usr/bin/python3 - "$matrix" "$methods_cli" <<'PY'
+import sys, yaml
+path, cli = sys.argv[1], sys.argv[2]
+try:
+    m = yaml.safe_load(open(path))
+except (OSError, yaml.YAMLError) as e:
+    sys.exit(f"{path}: cannot read the matrix: {e}")
+def need(key, kind):
+    if not isinstance(m.get(key), kind):
+        sys.exit(f"{path}: '{key}' missing or not a {kind.__name__}")
+    return m[key]
+need("name", str); need("methods", list); seeds = need("seeds", list)
+if not seeds or not all(isinstance(s, int) for s in seeds):
+    sys.exit(f"{path}: seeds must be a non-empty list of integers")
+methods = cli.split(",") if cli else [str(x) for x in m["methods"]]
+if len(set(methods)) != len(methods) or not methods:
+    sys.exit(f"{path}: methods must be a non-empty list without repeats: {methods}")
+custom = m.get("custom") or {}
+print(m["name"], int(m.get("concurrency", 4)), " ".join(str(s) for s in seeds), sep="\t")
+for name in methods:
+    c = custom.get(name)
+    print(name, " ".join(c) if c else "-", sep="\t")
+PY
+) || fnvlp_die "bad matrix $matrix"
+IFS=$'\t' read -r name concurrency seeds <<<"$(head -1 <<<"$parsed")"
+camp=${out:-$FNVLP_WORK/campaigns/$name}
+mkdir -p "$camp/tasks"
+cp "$matrix" "$camp/matrix.yaml"
+set_all=$(/usr/bin/python3 -c 'import sys,yaml; print(" ".join(yaml.safe_load(open(sys.argv[1])).get("set") or []))' "$matrix")
+
+# index.tsv and task.json files: the deterministic index <-> (method, seed) map.
+printf 'index\tmethod\tseed\n' >"$camp/index.tsv"
+i=0
+while IFS=$'\t' read -r method custom; do
+  if [ "$custom" != - ]; then
+    overrides=$custom
+  else
+    overrides=$(fnvlp_method_overrides "$method" | tr '\n' ' ') ||
+      fnvlp_die "unknown method '$method' (slurm/methods.sh: ${FNVLP_METHODS[*]}; or define it under 'custom' in $matrix)"
+  fi
+  for seed in $seeds; do
+    task=$camp/tasks/$method-s$seed
+    mkdir -p "$task"
+    printf '%s\t%s\t%s\n' "$i" "$method" "$seed" >>"$camp/index.tsv"
+    # shellcheck disable=SC2086
+    /usr/bin/python3 -c 'import json,sys; i,m,s=sys.argv[1:4]; print(json.dumps({"index":int(i),"method":m,"seed":int(s),"overrides":["train.seed="+s]+sys.argv[4:]}))' \
+      "$i" "$method" "$seed" $overrides $set_all >"$task/task.json"
+    i=$((i + 1))
+  done
+done < <(tail -n +2 <<<"$parsed")
+n=$i
+fnvlp_log "campaign $name: $n tasks in $camp (index.tsv)"
+
+bins=(fnvlp-pretrain fnvlp-eval fnvlp-report)
+fnvlp_check_stage_bins shard
+for b in "${bins[@]}"; do
+  [ -n "$(fnvlp_bin_path "$b")" ] && continue
+  case " $FNVLP_SKIP_MISSING " in *" $b "*) continue ;; esac
+  fnvlp_die "$b not built: the campaign needs it (cmake --build $FNVLP_BUILD_DIR --target $b)"
+done
+
+# Array tasks: pretraining resources (smoke: one node, FNVLP_RANKS tasks).
+task_opts=(--job-name="fnvlp-camp-$name" --requeue --open-mode=append --signal=B:USR1@120)
+if [ "$FNVLP_SCALE" = smoke ]; then
+  task_opts+=(--nodes=1 --ntasks-per-node="$FNVLP_RANKS" --cpus-per-task=1 --gpus-per-node=0
+    --mem="$FNVLP_MEM" --time="$FNVLP_TIME")
+else
+  task_opts+=(--nodes="${FNVLP_TASK_NODES:-1}" --ntasks-per-node="${FNVLP_TASK_RANKS_PER_NODE:-8}"
+    --gpus-per-node="${FNVLP_TASK_GPUS_PER_NODE:-8}" --cpus-per-task="${FNVLP_TASK_CPUS:-12}"
+    --mem=0 --time="${FNVLP_TASK_TIME:-24:00:00}")
+fi
+read -r -a site <<<"${FNVLP_SBATCH_CAMPAIGN:-} ${FNVLP_SBATCH:-}"
+shard_id=$(fnvlp_submit_stage shard "")
+array_id=$(fnvlp_submit "${task_opts[@]}" "${site[@]}" --array="0-$((n - 1))%$concurrency" \
+  "$(fnvlp_afterok "$shard_id")" "$FNVLP_ROOT/slurm/campaign_task.sh" "$camp")
+read -r -a copts <<<"$(fnvlp_small_job_opts 1 "fnvlp-collect-$name")"
+collect_id=$(fnvlp_submit "${copts[@]}" "${site[@]}" "$(fnvlp_afterok "$array_id")" \
+  "$FNVLP_ROOT/slurm/campaign_collect.sh" "$camp")
+printf 'shard\t%s\narray\t%s\ncollect\t%s\n' "$shard_id" "$array_id" "$collect_id" >"$camp/jobs.tsv"
+fnvlp_log "submitted shard $shard_id -> array $array_id (0-$((n - 1))%$concurrency) -> collect $collect_id"
+fnvlp_log "results: $camp/results.md, $camp/results.csv, report $camp/report/"
+if [ "$wait" -eq 1 ]; then
+  fnvlp_wait_jobs "$shard_id" "$array_id" "$collect_id"
+  fnvlp_log "campaign $name completed"
+  cat "$camp/results.md"
+fi

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One task of an ablation campaign (array job of slurm/ablation_campaign.sh): the array index
+# selects (method, seed) in CAMPAIGN/index.tsv; pretraining into tasks/<method>-s<seed>/run
+# (requeued and resumed on preemption like slurm/pretrain_4m.sh), then evaluation into eval.json.
+#SBATCH --job-name=fnvlp-camp
+#SBATCH --output=logs/%x-%A_%a.out
+set -euo pipefail
+if [ -z "${FNVLP_ROOT:-}" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+  FNVLP_ROOT=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')
+  FNVLP_ROOT=$(cd "$(dirname "$FNVLP_ROOT")/.." && pwd)
+fi
+FNVLP_ROOT=${FNVLP_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+# shellcheck source=slurm/common.sh
+source "$FNVLP_ROOT/slurm/common.sh"
+# shellcheck source=env/mpi-env.sh
+source "$FNVLP_ROOT/env/mpi-env.sh"
+
+camp=${1:?usage: sbatch --array=... slurm/campaign_task.sh CAMPAIGN_DIR}
+index=${SLURM_ARRAY_TASK_ID:?not an array task}
+line=$(awk -F'\t' -v i="$index" 'NR > 1 && $1 == i' "$camp/index.tsv")
+[ -n "$line" ] || fnvlp_die "$camp/index.tsv has no index $index"
+IFS=$'\t' read -r _ method seed <<<"$line"
+task=$camp/tasks/$method-s$seed
+export FNVLP_RUN=$task/run FNVLP_SEED=$seed
+# The task's overrides (method's and matrix-wide), from task.json; train.seed comes first.
+FNVLP_PRETRAIN_SET="$FNVLP_PRETRAIN_SET $(/usr/bin/python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))["overrides"]))' "$task/task.json")"
+export FNVLP_PRETRAIN_SET
+fnvlp_log_header "campaign task $index: $method seed $seed"
+
+fnvlp_pretrain
+
+if fnvlp_have_or_skip fnvlp-eval; then
+  fnvlp_run_ranks "$FNVLP_ANALYSIS_RANKS" "$(fnvlp_bin fnvlp-eval)" --checkpoint "$FNVLP_RUN/checkpoints/latest" \
+    --data "$FNVLP_SHARDS_FT_VAL" --out "$task/eval.json" --k-test "$FNVLP_K_TEST"
+else
+  # No fnvlp-eval: the run's last zero-shot validation record (ITC only, no ITM re-ranking),
+  # labelled as such in eval.json and in the results table.
+  /usr/bin/python3 - "$FNVLP_RUN/metrics.jsonl" "$task/eval.json" <<'PY'
+import json, sys
+src, out = sys.argv[1], sys.argv[2]
+val = [r for r in map(json.loads, open(src)) if "val_r_mean" in r]
+if not val:
+    sys.exit(f"{src}: no validation record (val_r_mean) to fall back on; build fnvlp-eval")
+v = val[-1]
+keys = ["txt_r1", "txt_r5", "txt_r10", "img_r1", "img_r5", "img_r10", "txt_r_mean", "img_r_mean", "r_mean"]
+e = {k: v["val_" + k] for k in keys}
+e.update({"itc_" + k: v["val_" + k] for k in keys})
+e.update(pairs=v.get("val_pairs"), step=v["step"], reranked=False,
+         source="fnvlp-pretrain zero-shot validation (ITC only): fnvlp-eval not built")
+json.dump(e, open(out, "w"), indent=1)
+print(f"eval fallback: r_mean {e['r_mean']:.2f} from step {v['step']} of {src}")
+PY
+fi
+fnvlp_log "task $index done: $task/eval.json"

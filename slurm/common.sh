@@ -1,0 +1,359 @@
+# shellcheck shell=bash
+# Sourced by every script in slurm/: resolved settings, logging, the rank launcher, sbatch helpers
+# and the job waiter. DESIGN.md §4: set -euo pipefail, logs/%x-%j.out, the git commit in every
+# log, srun --mpi=pmix (mpirun fallback), sbatch --parsable + --dependency=afterok:ID.
+#
+# Every size, path and resource is an environment variable with a default that depends on
+# FNVLP_SCALE (4m: the real cluster job; smoke: minutes on one small machine). The submitting
+# helpers export them, so the jobs of a chain see the settings of the command that started it.
+
+: "${FNVLP_ROOT:?set FNVLP_ROOT before sourcing slurm/common.sh}"
+export FNVLP_ROOT
+
+fnvlp_die() {
+  echo "fnvlp: error: $*" >&2
+  exit 1
+}
+fnvlp_log() { echo "[$(date -u +%FT%TZ)] $*"; }
+
+# Clients need the local cluster's config when no system-wide one exists (env/local-slurm.sh).
+if [ -z "${SLURM_CONF:-}" ] && [ ! -f /etc/slurm/slurm.conf ] &&
+  [ -f "${FNVLP_SLURM_DIR:-/var/tmp/fnvlp-slurm}/etc/slurm.conf" ]; then
+  export SLURM_CONF=${FNVLP_SLURM_DIR:-/var/tmp/fnvlp-slurm}/etc/slurm.conf
+fi
+
+# ---------------------------------------------------------------------------------------------
+# Settings (all overridable from the environment).
+export FNVLP_SCALE=${FNVLP_SCALE:-4m}
+case "$FNVLP_SCALE" in
+  4m | smoke) ;;
+  *) fnvlp_die "FNVLP_SCALE=$FNVLP_SCALE: expected 4m or smoke" ;;
+esac
+export FNVLP_BUILD_DIR=${FNVLP_BUILD_DIR:-$FNVLP_ROOT/build}
+export FNVLP_SHARED_DIR=${FNVLP_SHARED_DIR:-$FNVLP_ROOT/../shared}
+export FNVLP_VOCAB=${FNVLP_VOCAB:-$FNVLP_SHARED_DIR/data/vocab/bert-base-uncased-vocab.txt}
+export FNVLP_WORK=${FNVLP_WORK:-$FNVLP_ROOT/work/$FNVLP_SCALE}
+export FNVLP_LOGS=${FNVLP_LOGS:-$FNVLP_WORK/logs}
+export FNVLP_RUN=${FNVLP_RUN:-$FNVLP_WORK/run}
+# Stages the chain runs, in order (a subset keeps the order: FNVLP_STAGES="shard pretrain").
+export FNVLP_STAGES=${FNVLP_STAGES:-shard pretrain simstat report finetune eval}
+# Tools that may be missing: their stage logs SKIPPED and succeeds (campaign evaluation falls
+# back to the last zero-shot validation record of the pretraining run). Empty: missing = failure.
+export FNVLP_SKIP_MISSING=${FNVLP_SKIP_MISSING:-}
+# Launcher: auto (srun --mpi=pmix inside an allocation when pmix is offered, else mpirun),
+# srun or mpirun.
+export FNVLP_LAUNCHER=${FNVLP_LAUNCHER:-auto}
+
+if [ "$FNVLP_SCALE" = smoke ]; then
+  # Synthetic labelled data by default; FNVLP_DATA=DIR (captions.json + splits.json in ALBEF's
+  # layout, e.g. ../shared/data/flickr8k-128) uses a real dataset instead.
+  export FNVLP_DATA=${FNVLP_DATA:-synthetic}
+  export FNVLP_PRESET=${FNVLP_PRESET:-tiny}
+  export FNVLP_RANKS=${FNVLP_RANKS:-2}
+  export FNVLP_IMAGE_SIZE=${FNVLP_IMAGE_SIZE:-64}
+  export FNVLP_SYNTH_IMAGES=${FNVLP_SYNTH_IMAGES:-400}
+  export FNVLP_SYNTH_CLASSES=${FNVLP_SYNTH_CLASSES:-8}
+  export FNVLP_BATCH=${FNVLP_BATCH:-16}
+  export FNVLP_STEPS=${FNVLP_STEPS:-24}
+  export FNVLP_FT_STEPS=${FNVLP_FT_STEPS:-8}
+  export FNVLP_CKPT_EVERY=${FNVLP_CKPT_EVERY:-0}
+  export FNVLP_LOG_EVERY=${FNVLP_LOG_EVERY:-2}
+  export FNVLP_WARMUP=${FNVLP_WARMUP:-4}
+  export FNVLP_SHARD_RANKS=${FNVLP_SHARD_RANKS:-2}
+  export FNVLP_SHARD_SIZE=${FNVLP_SHARD_SIZE:-400}
+  export FNVLP_ANALYSIS_RANKS=${FNVLP_ANALYSIS_RANKS:-2}
+  export FNVLP_TIME=${FNVLP_TIME:-30:00}
+  export FNVLP_MEM=${FNVLP_MEM:-6G}
+  export FNVLP_K_TEST=${FNVLP_K_TEST:-16}
+else
+  # ALBEF's 4M set: "json:image_root" items (COCO, Visual Genome, CC3M, SBU in ALBEF's JSON).
+  d4=${FNVLP_DATA_ROOT:-/datasets}
+  export FNVLP_DATA=${FNVLP_DATA:-$d4/albef/coco.json:$d4/coco $d4/albef/vg.json:$d4/vg $d4/albef/cc3m_train.json:$d4/cc3m $d4/albef/sbu.json:$d4/sbu}
+  # Downstream retrieval (fine-tuning, evaluation, validation): ALBEF-layout captions.json +
+  # splits.json with train and val (or test) splits.
+  export FNVLP_DOWNSTREAM=${FNVLP_DOWNSTREAM:-$d4/flickr30k}
+  export FNVLP_PRESET=${FNVLP_PRESET:-base}
+  export FNVLP_RANKS=${FNVLP_RANKS:-${SLURM_NTASKS:-32}}
+  export FNVLP_IMAGE_SIZE=${FNVLP_IMAGE_SIZE:-256}
+  export FNVLP_BATCH=${FNVLP_BATCH:-}
+  export FNVLP_STEPS=${FNVLP_STEPS:-}
+  export FNVLP_FT_STEPS=${FNVLP_FT_STEPS:-}
+  export FNVLP_CKPT_EVERY=${FNVLP_CKPT_EVERY:-2000}
+  export FNVLP_LOG_EVERY=${FNVLP_LOG_EVERY:-50}
+  export FNVLP_WARMUP=${FNVLP_WARMUP:-}
+  export FNVLP_SHARD_RANKS=${FNVLP_SHARD_RANKS:-64}
+  export FNVLP_SHARD_SIZE=${FNVLP_SHARD_SIZE:-8192}
+  export FNVLP_ANALYSIS_RANKS=${FNVLP_ANALYSIS_RANKS:-16}
+  export FNVLP_TIME=${FNVLP_TIME:-12:00:00}
+  export FNVLP_MEM=${FNVLP_MEM:-0}
+  export FNVLP_K_TEST=${FNVLP_K_TEST:-128}
+fi
+export FNVLP_CONFIG=${FNVLP_CONFIG:-$FNVLP_ROOT/jobs/configs/$FNVLP_PRESET.yaml}
+export FNVLP_FT_CONFIG=${FNVLP_FT_CONFIG:-$FNVLP_ROOT/jobs/configs/retrieval_flickr.yaml}
+# Extra --set overrides, whitespace-separated key=value (pretraining / fine-tuning).
+export FNVLP_PRETRAIN_SET=${FNVLP_PRETRAIN_SET:-}
+export FNVLP_FT_SET=${FNVLP_FT_SET:-}
+export FNVLP_FN_ALPHA=${FNVLP_FN_ALPHA:-0.01}
+export FNVLP_SEED=${FNVLP_SEED:-42}
+
+# Shard directories the stages read.
+export FNVLP_SHARDS=${FNVLP_SHARDS:-$FNVLP_WORK/shards}
+if [ "$FNVLP_SCALE" = smoke ]; then
+  FNVLP_SHARDS_PRETRAIN=$FNVLP_SHARDS/train FNVLP_SHARDS_VAL=$FNVLP_SHARDS/val
+  FNVLP_SHARDS_FT_TRAIN=$FNVLP_SHARDS/train FNVLP_SHARDS_FT_VAL=$FNVLP_SHARDS/val
+else
+  FNVLP_SHARDS_PRETRAIN=$FNVLP_SHARDS/pretrain-4m FNVLP_SHARDS_VAL=$FNVLP_SHARDS/downstream-val
+  FNVLP_SHARDS_FT_TRAIN=$FNVLP_SHARDS/downstream-train FNVLP_SHARDS_FT_VAL=$FNVLP_SHARDS/downstream-val
+fi
+export FNVLP_SHARDS_PRETRAIN FNVLP_SHARDS_VAL FNVLP_SHARDS_FT_TRAIN FNVLP_SHARDS_FT_VAL
+
+# ---------------------------------------------------------------------------------------------
+# Executables.
+
+# Path of an fnvlp executable in the build tree (or on PATH); empty when it is not built.
+fnvlp_bin_path() {
+  local name=$1 d
+  for d in data_prep jobs analysis; do
+    if [ -x "$FNVLP_BUILD_DIR/$d/$name" ]; then
+      echo "$FNVLP_BUILD_DIR/$d/$name"
+      return 0
+    fi
+  done
+  command -v "$name" 2>/dev/null || true
+}
+
+# Path of a required executable; a clear failure when it is not built.
+fnvlp_bin() {
+  local p
+  p=$(fnvlp_bin_path "$1")
+  [ -n "$p" ] || fnvlp_die "$1 not built (looked in $FNVLP_BUILD_DIR/{data_prep,jobs,analysis} and PATH; build it with: cmake --build $FNVLP_BUILD_DIR --target $1)"
+  echo "$p"
+}
+
+# True (0) when the tool is built; 1 when it is missing but allowed (FNVLP_SKIP_MISSING, which
+# logs SKIPPED); dies otherwise.
+fnvlp_have_or_skip() {
+  [ -n "$(fnvlp_bin_path "$1")" ] && return 0
+  case " $FNVLP_SKIP_MISSING " in
+    *" $1 "*)
+      fnvlp_log "SKIPPED: $1 not built (listed in FNVLP_SKIP_MISSING)"
+      return 1
+      ;;
+  esac
+  fnvlp_bin "$1" >/dev/null
+}
+
+# ---------------------------------------------------------------------------------------------
+# Logging: what ran, on which commit, with which settings.
+fnvlp_log_header() {
+  local commit dirty=""
+  commit=$(git -C "$FNVLP_ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
+  if [ "$commit" != unknown ] && ! git -C "$FNVLP_ROOT" diff --quiet HEAD 2>/dev/null; then
+    dirty=" (with uncommitted changes)"
+  fi
+  fnvlp_log "fnvlp $1 on $(hostname) job ${SLURM_JOB_ID:-none}${SLURM_ARRAY_TASK_ID:+ array task $SLURM_ARRAY_TASK_ID} restart ${SLURM_RESTART_COUNT:-0}"
+  fnvlp_log "git commit $commit$dirty"
+  fnvlp_log "resolved settings:"
+  env | grep -E '^(FNVLP_|SLURM_(JOB_ID|JOB_NAME|NTASKS|NNODES|JOB_NODELIST|ARRAY_|RESTART_COUNT|CONF)|NCCL_|OMP_NUM_THREADS)' |
+    sort | sed 's/^/    /'
+}
+
+# ---------------------------------------------------------------------------------------------
+# Rank launcher: srun --mpi=pmix inside an allocation (pmix offered), mpirun otherwise.
+fnvlp_launcher() {
+  local n=$1 mode=$FNVLP_LAUNCHER
+  if [ "$mode" = auto ]; then
+    mode=mpirun
+    if [ -n "${SLURM_JOB_ID:-}" ] && command -v srun >/dev/null &&
+      srun --mpi=list 2>&1 | grep -qw pmix; then
+      mode=srun
+    fi
+  fi
+  case "$mode" in
+    srun) echo "srun --mpi=pmix --ntasks=$n --kill-on-bad-exit=1" ;;
+    mpirun) echo "mpirun --oversubscribe -np $n" ;;
+    *) fnvlp_die "FNVLP_LAUNCHER=$mode: expected auto, srun or mpirun" ;;
+  esac
+}
+
+# Runs `cmd...` on `n` ranks in the background and waits for it, so that a trapped USR1/TERM
+# can be forwarded to the ranks (fnvlp_forward_signal); returns the ranks' exit code.
+FNVLP_LAUNCH_PID=""
+fnvlp_run_ranks() {
+  local n=$1 rc=0
+  shift
+  local -a launcher
+  read -r -a launcher <<<"$(fnvlp_launcher "$n")"
+  fnvlp_log "launch: ${launcher[*]} $*"
+  # stdin from /dev/null: mpirun forwards stdin to rank 0 and would swallow a caller's loop input.
+  "${launcher[@]}" "$@" </dev/null &
+  FNVLP_LAUNCH_PID=$!
+  # `wait` returns early (>128) when a trapped signal arrives: wait again until the ranks exit.
+  while true; do
+    rc=0
+    wait "$FNVLP_LAUNCH_PID" || rc=$?
+    kill -0 "$FNVLP_LAUNCH_PID" 2>/dev/null || break
+  done
+  FNVLP_LAUNCH_PID=""
+  return "$rc"
+}
+
+# Trap target: SLURM sends USR1 to the batch shell (--signal=B:USR1@120); srun and mpirun both
+# forward USR1 to every rank, which checkpoint and exit with code 3 (src/fnvlp/train/signals.hpp).
+fnvlp_forward_signal() {
+  fnvlp_log "received $1: forwarding USR1 to the ranks (checkpoint, exit 3, requeue)"
+  if [ -n "$FNVLP_LAUNCH_PID" ]; then kill -USR1 "$FNVLP_LAUNCH_PID" 2>/dev/null || true; fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# Submission helpers.
+
+# `fnvlp_submit [sbatch options] SCRIPT [args]` prints the job id (sbatch --parsable). Logs go to
+# $FNVLP_LOGS/%x-%j.out (%x-%A_%a.out for arrays) unless --output is given.
+fnvlp_submit() {
+  local id
+  local -a outopt
+  mkdir -p "$FNVLP_LOGS"
+  case " $* " in
+    *" --output="* | *" -o "*) outopt=() ;;
+    *" --array="*) outopt=(--output="$FNVLP_LOGS/%x-%A_%a.out") ;;
+    *) outopt=(--output="$FNVLP_LOGS/%x-%j.out") ;;
+  esac
+  # A job submitted from inside a job must not inherit the outer job's SLURM_* variables (srun
+  # would read stale task counts from them); SLURM_CONF stays.
+  local v
+  local -a clean=()
+  for v in $(compgen -e | grep '^SLURM_' | grep -v '^SLURM_CONF$' || true); do clean+=(-u "$v"); done
+  case " $* " in *" --export="*) ;; *) outopt+=(--export=ALL) ;; esac
+  id=$(env "${clean[@]}" sbatch --parsable "${outopt[@]}" "$@") || fnvlp_die "sbatch $* failed"
+  echo "${id%%;*}"
+}
+
+# Dependency option for sbatch: afterok on every given id (none: no option).
+fnvlp_afterok() {
+  local ids
+  ids=$(printf ':%s' "$@")
+  [ -z "$ids" ] || echo "--dependency=afterok$ids"
+}
+
+# sbatch options of the small single-node jobs (shard, analysis, evaluation) for `n` ranks.
+fnvlp_small_job_opts() {
+  local n=$1 name=$2
+  echo "--job-name=$name --nodes=1 --ntasks=$n --cpus-per-task=1 --time=$FNVLP_TIME --mem=$FNVLP_MEM --gpus-per-node=0"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Waiting (tests, README command 1, `--wait` options): polls scontrol until every job ended.
+# A job that fails, or one left pending with DependencyNeverSatisfied, ends the wait: the
+# reason is printed (with the failed job's log tail), the remaining jobs are cancelled, and the
+# function returns 1.
+fnvlp_job_field() { sed -En "s/(^|.*[[:space:]])$2=([^[:space:]]*).*/\2/p" <<<"$1" | head -1; }
+
+fnvlp_wait_jobs() {
+  local timeout=${FNVLP_WAIT_TIMEOUT:-3600} t0 id line state reason pending failed=""
+  t0=$(date +%s)
+  while true; do
+    pending=0
+    for id in "$@"; do
+      # One line per job (array tasks included).
+      while IFS= read -r line; do
+        [ -n "$line" ] || continue
+        state=$(fnvlp_job_field "$line" JobState)
+        reason=$(fnvlp_job_field "$line" Reason)
+        case "$state" in
+          COMPLETED) ;;
+          PENDING | RUNNING | CONFIGURING | COMPLETING | REQUEUED | REQUEUE_HOLD | RESIZING | SUSPENDED | REQUEUE_FED)
+            if [ "$state" = PENDING ] && [ "$reason" = DependencyNeverSatisfied ]; then
+              failed="$failed $(fnvlp_job_field "$line" JobId):$state:$reason"
+            else
+              pending=1
+            fi
+            ;;
+          *) failed="$failed $(fnvlp_job_field "$line" JobId):$state:$reason" ;;
+        esac
+      done < <(scontrol show job -o "$id" 2>/dev/null || echo "JobId=$id JobState=UNKNOWN Reason=not_found_by_scontrol")
+    done
+    if [ -n "$failed" ]; then
+      fnvlp_report_failure "$failed" "$@"
+      return 1
+    fi
+    [ "$pending" -eq 1 ] || return 0
+    if [ $(($(date +%s) - t0)) -gt "$timeout" ]; then
+      echo "fnvlp: error: jobs $* still not finished after ${timeout}s" >&2
+      return 1
+    fi
+    sleep "${FNVLP_WAIT_POLL:-3}"
+  done
+}
+
+fnvlp_report_failure() {
+  local failed=$1 item id state reason line log
+  shift
+  echo "fnvlp: error: the chain stopped:" >&2
+  for item in $failed; do
+    IFS=: read -r id state reason <<<"$item"
+    line=$(scontrol show job -o "$id" 2>/dev/null | head -1)
+    echo "  job $id ($(fnvlp_job_field "$line" JobName)): $state, reason $reason, exit $(fnvlp_job_field "$line" ExitCode)" >&2
+    log=$(fnvlp_job_field "$line" StdOut)
+    if [ "$state" != PENDING ] && [ -f "$log" ]; then
+      echo "  last lines of $log:" >&2
+      tail -n 15 "$log" | sed 's/^/    | /' >&2
+    fi
+  done
+  # Jobs still waiting on the failed one: the scheduler marks them DependencyNeverSatisfied
+  # within a few passes; show that reason before cancelling them.
+  local t
+  for id in "$@"; do
+    for t in $(seq 1 15); do
+      line=$(scontrol show job -o "$id" 2>/dev/null | grep -m1 'JobState=PENDING' || true)
+      [ -n "$line" ] || break
+      reason=$(fnvlp_job_field "$line" Reason)
+      if [ "$reason" = DependencyNeverSatisfied ] || [ "$t" -eq 15 ]; then
+        case "$failed" in *" $(fnvlp_job_field "$line" JobId):"*) ;; *)
+          echo "  job $(fnvlp_job_field "$line" JobId) ($(fnvlp_job_field "$line" JobName)): PENDING, reason $reason" >&2 ;;
+        esac
+        break
+      fi
+      sleep 1
+    done
+    scancel "$id" 2>/dev/null || true
+  done
+  echo "fnvlp: error: cancelled the remaining jobs of: $*" >&2
+}
+
+# ---------------------------------------------------------------------------------------------
+# Pretraining inside a batch job ($FNVLP_RUN, $FNVLP_SEED, $FNVLP_PRETRAIN_SET), with the
+# preemption protocol: USR1 (--signal=B:USR1@120) or TERM (scontrol requeue, preemption) is
+# forwarded to the ranks, which checkpoint and exit 3; the job then requeues itself and its next
+# start resumes from the checkpoint (--resume auto).
+fnvlp_pretrain() {
+  local bin rc=0
+  local -a args
+  bin=$(fnvlp_bin fnvlp-pretrain)
+  [ -f "$FNVLP_CONFIG" ] || fnvlp_die "config not found: $FNVLP_CONFIG (FNVLP_PRESET=$FNVLP_PRESET)"
+  args=(--config "$FNVLP_CONFIG" --data "$FNVLP_SHARDS_PRETRAIN" --out "$FNVLP_RUN" --resume auto
+    --set "train.seed=$FNVLP_SEED" --set "checkpoint.every_steps=$FNVLP_CKPT_EVERY"
+    --set "train.log_every=$FNVLP_LOG_EVERY")
+  [ ! -f "$FNVLP_SHARDS_VAL/manifest.json" ] || args+=(--val "$FNVLP_SHARDS_VAL")
+  [ -z "$FNVLP_STEPS" ] || args+=(--set "train.max_steps=$FNVLP_STEPS")
+  [ -z "$FNVLP_BATCH" ] || args+=(--set "train.batch_size=$FNVLP_BATCH")
+  [ -z "$FNVLP_WARMUP" ] || args+=(--set "optim.warmup_steps=$FNVLP_WARMUP")
+  for kv in $FNVLP_PRETRAIN_SET; do args+=(--set "$kv"); done
+
+  trap 'fnvlp_forward_signal USR1' USR1
+  trap 'fnvlp_forward_signal TERM' TERM
+  fnvlp_run_ranks "$FNVLP_RANKS" "$bin" "${args[@]}" || rc=$?
+  trap - USR1 TERM
+  if [ "$rc" -eq 3 ]; then
+    # The ranks saved a committed checkpoint: put the job back in the queue (same id, so the
+    # afterok dependents keep waiting); the next start resumes from that checkpoint.
+    fnvlp_log "ranks stopped with the requeue code 3: scontrol requeue $SLURM_JOB_ID"
+    # (After an external `scontrol requeue` SLURM has already done it: the call fails, harmlessly.)
+    scontrol requeue "$SLURM_JOB_ID" || fnvlp_log "scontrol requeue $SLURM_JOB_ID refused (already requeued?)"
+    # Stay alive until SLURM ends this run of the job, so it is not recorded as completed.
+    sleep 300
+    fnvlp_die "job $SLURM_JOB_ID was not requeued within 300 s"
+  fi
+  [ "$rc" -eq 0 ] || fnvlp_die "fnvlp-pretrain failed with exit code $rc (rank logs: $FNVLP_RUN/logs/)"
+  fnvlp_log "pretraining done: $FNVLP_RUN (summary.json, metrics.jsonl, checkpoints/latest)"
+}

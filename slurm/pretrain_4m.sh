@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Pretraining on ALBEF's 4M set (COCO + Visual Genome + CC3M + SBU, `base` preset) and the chain
+# around it. `sbatch slurm/pretrain_4m.sh` (from the repository root, with logs/ present):
+#   * shards that pass `fnvlp-shard --verify`: the chain's later stages (simstat -> report ->
+#     finetune -> eval, FNVLP_STAGES) are submitted with --dependency=afterok on this job, and
+#     this job pretrains;
+#   * shards missing or failing --verify: this job submits shard -> pretrain -> ... (slurm/
+#     pipeline.sh) and ends.
+# Preemption: SLURM sends USR1 120 s before the time limit (--signal=B:USR1@120); the trap
+# forwards it to the ranks, which checkpoint and exit 3; the job then requeues itself and the
+# next start resumes (--resume auto). `scontrol requeue` (SIGTERM to the ranks) resumes the same way.
+#
+# Smoke scale (here: 2 CPU cores, minutes): the same script with FNVLP_SCALE=smoke and small
+# resources on the command line (command-line options override #SBATCH lines):
+#   mkdir -p logs && FNVLP_SCALE=smoke sbatch --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 \
+#     --gpus-per-node=0 --mem=6G --time=30:00 slurm/pretrain_4m.sh
+# Every setting is an environment variable (slurm/common.sh): FNVLP_DATA (smoke: synthetic, or a
+# Flickr8k-128 directory), FNVLP_WORK, FNVLP_RUN, FNVLP_PRESET, FNVLP_RANKS, FNVLP_STEPS,
+# FNVLP_BATCH, FNVLP_PRETRAIN_SET, FNVLP_STAGES, FNVLP_LAUNCHER, NCCL_*.
+#SBATCH --job-name=fnvlp-pretrain-4m
+#SBATCH --nodes=4
+#SBATCH --ntasks-per-node=8
+#SBATCH --gpus-per-node=8
+#SBATCH --cpus-per-task=12
+#SBATCH --mem=0
+#SBATCH --time=48:00:00
+#SBATCH --signal=B:USR1@120
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --output=logs/%x-%j.out
+set -euo pipefail
+if [ -z "${FNVLP_ROOT:-}" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+  # sbatch runs a copy of this script: find the checkout from the submitted command's path.
+  FNVLP_ROOT=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')
+  FNVLP_ROOT=$(cd "$(dirname "$FNVLP_ROOT")/.." && pwd)
+fi
+FNVLP_ROOT=${FNVLP_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+# shellcheck source=slurm/common.sh
+source "$FNVLP_ROOT/slurm/common.sh"
+# shellcheck source=slurm/pipeline.sh
+source "$FNVLP_ROOT/slurm/pipeline.sh"
+# shellcheck source=env/mpi-env.sh
+source "$FNVLP_ROOT/env/mpi-env.sh"
+
+[ -n "${SLURM_JOB_ID:-}" ] || fnvlp_die "submit with sbatch (see the header), or run bash slurm/pipeline.sh submit"
+
+if [ "$FNVLP_SCALE" = 4m ]; then
+  # Multi-node collectives: fail fast on a dead peer, log warnings only; site-specific
+  # interfaces come from the environment (NCCL_SOCKET_IFNAME, NCCL_IB_HCA).
+  export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+  export TORCH_NCCL_ASYNC_ERROR_HANDLING=${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}
+  export NCCL_IB_TIMEOUT=${NCCL_IB_TIMEOUT:-22}
+  export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-^lo,docker}
+fi
+
+fnvlp_log_header "pretrain_4m (scale $FNVLP_SCALE, stage ${FNVLP_STAGE:-entry})"
+mkdir -p "$FNVLP_WORK" "$FNVLP_LOGS"
+if [ "${FNVLP_STAGE:-entry}" = entry ] && [ "${SLURM_RESTART_COUNT:-0}" -eq 0 ]; then
+  # First start of a job submitted by hand: check the data, then chain the rest around it.
+  if fnvlp_stage_wanted shard && ! fnvlp_shards_ok; then
+    fnvlp_log "shards missing or failing --verify: submitting shard -> pretrain -> ... and ending"
+    fnvlp_submit_chain
+    exit 0
+  fi
+  fnvlp_submit_chain_after_pretrain "$SLURM_JOB_ID"
+fi
+fnvlp_pretrain

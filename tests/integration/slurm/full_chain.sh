@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The whole chain as README command 1 runs it: `sbatch slurm/pretrain_4m.sh` at smoke scale,
+# shard -> pretrain -> simstat -> report -> finetune -> eval, every job COMPLETED, the report and
+# the evaluation JSON present. Needs fnvlp-simstat, fnvlp-report, fnvlp-finetune and fnvlp-eval.
+set -euo pipefail
+# shellcheck source=tests/integration/slurm/lib.sh
+source "$(dirname "$0")/lib.sh" "$1" "$2" full_chain
+export FNVLP_STAGES="shard pretrain simstat report finetune eval"
+mkdir -p "$FNVLP_LOGS"
+cd "$FNVLP_ROOT"
+for b in fnvlp-simstat fnvlp-report fnvlp-finetune fnvlp-eval; do
+  [ -n "$(fnvlp_bin_path "$b")" ] || fail "$b not built (this test needs the merged issues 5 and 6)"
+done
+id=$(sbatch --parsable "${smoke_opts[@]}" --output="$FNVLP_LOGS/%x-%j.out" slurm/pretrain_4m.sh)
+bash slurm/pipeline.sh wait --job "$id"
+assert_chain_completed "$FNVLP_WORK/chain.tsv"
+for f in run/report/report.html run/report/report.json run/analysis/simstat.h5 eval.json; do
+  [ -s "$FNVLP_WORK/$f" ] || fail "missing $f"
+done
+/usr/bin/python3 - "$FNVLP_WORK/eval.json" <<'PY'
+import json, sys
+e = json.load(open(sys.argv[1]))
+for k in ("txt_r1", "txt_r5", "txt_r10", "img_r1", "img_r5", "img_r10", "txt_r_mean", "img_r_mean",
+          "r_mean", "itc_r_mean"):
+    assert k in e and 0.0 <= e[k] <= 100.0, (k, e)
+print("eval: r_mean %.2f (ITC only %.2f)" % (e["r_mean"], e["itc_r_mean"]))
+PY
+echo "report: $FNVLP_WORK/run/report/report.html"
+echo PASS
