@@ -324,7 +324,7 @@ TEST(GroupedSampler, SameSeedSameBatchesEveryPairAtMostOnceEqualCountsAcrossUnev
 
 TEST(GroupedSampler, StateLoadStateMidEpochGivesTheIdenticalRemainingBatches) {
   const BlockPartition p(107, 3);
-  for (int64_t cut : {1, 2, 3, 5, 7, 8}) {  // inside and at the end of search spaces (3 each)
+  for (int64_t cut : {0, 1, 2, 3, 5, 7, 8}) {  // start, inside and at the end of spaces (3 each)
     GroupedSampler a(p, 4, 21, 2, grit(12, 0.5));
     set_block_embeddings(a, 1, 70);
     a.start_epoch(1);
@@ -449,6 +449,7 @@ TEST(NegativesFnRate, HardGroupingRaisesTheInBatchFalseNegativeRate) {
   const double hard = rate(1.0, true), mid = rate(0.5, true), uniform = rate(1.0, false);
   const std::string rates = "q=1 " + std::to_string(hard) + ", q=0.5 " + std::to_string(mid) +
                             ", uniform " + std::to_string(uniform);
+  RecordProperty("fn_label_rates", rates);
   EXPECT_GT(hard, 0.5) << rates;
   EXPECT_GT(hard, mid) << rates;
   EXPECT_GT(hard, 2 * uniform) << rates;
