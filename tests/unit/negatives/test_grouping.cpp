@@ -10,7 +10,10 @@
 #include <numeric>
 #include <set>
 
+#include "../data/dataset_fixture.hpp"
 #include "fnvlp/core/error.hpp"
+#include "fnvlp/data/dataset.hpp"
+#include "fnvlp/data/prefetch.hpp"
 #include "fnvlp/data/sampler.hpp"
 #include "fnvlp/negatives/fn_rate.hpp"
 #include "fnvlp/negatives/grouped_sampler.hpp"
@@ -400,6 +403,46 @@ TEST(GroupedSampler, QSchedulesAndTelemetry) {
   EXPECT_EQ(st.n, 4);
   EXPECT_DOUBLE_EQ(st.mean, 1.0 / 3.0);
   EXPECT_DOUBLE_EQ(st.p95, 1.0 / 3.0);
+}
+
+TEST(GroupedSampler, RunsOnThePrefetcherThreadAndResumesFromItsConsumedState) {
+  const std::string dir = ::testing::TempDir() + "/fnvlp_grouped_prefetch";
+  fnvlp::testutil::write_test_dataset(dir, 30);  // 60 pairs
+  fnvlp::data::PairDataset ds(dir);
+  const BlockPartition p(ds.num_pairs(), 1);
+  GroupedSampler direct(p, 4, 8, 0, grit(12, 0.5)), threaded(p, 4, 8, 0, grit(12, 0.5));
+  set_block_embeddings(direct, 1, 3);
+  set_block_embeddings(threaded, 1, 3);
+  direct.start_epoch(1);
+  fnvlp::data::Prefetcher pf(ds, threaded, 3);
+  pf.start_epoch(1);
+  fnvlp::data::Batch b;
+  std::vector<int64_t> ids;
+  json mid;
+  Drained rest;
+  int64_t n = 0;
+  while (pf.next(b)) {
+    ASSERT_TRUE(direct.next(ids));
+    const std::vector<int64_t> got(b.pair_id.data_ptr<int64_t>(),
+                                   b.pair_id.data_ptr<int64_t>() + b.size());
+    EXPECT_EQ(got, ids);
+    // The consumed state (not the read-ahead one) carries this batch's q.
+    EXPECT_EQ(pf.state(), direct.state());
+    EXPECT_DOUBLE_EQ(GroupedSampler::q_stats_from_state(pf.state()).mean, 0.5);
+    if (++n == 4) mid = pf.state();
+    if (n > 4) rest.batches.push_back(got);
+  }
+  EXPECT_EQ(n, direct.batches_per_epoch());
+  GroupedSampler fresh(p, 4, 8, 0, grit(12, 0.5));
+  set_block_embeddings(fresh, 1, 3);
+  fnvlp::data::Prefetcher pf2(ds, fresh, 2);
+  pf2.resume(mid);
+  Drained again;
+  while (pf2.next(b))
+    again.batches.push_back(std::vector<int64_t>(b.pair_id.data_ptr<int64_t>(),
+                                                 b.pair_id.data_ptr<int64_t>() + b.size()));
+  EXPECT_EQ(again.batches, rest.batches);
+  EXPECT_FALSE(rest.batches.empty());
 }
 
 // --- in-batch false negatives ------------------------------------------------------------------
