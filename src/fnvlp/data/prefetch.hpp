@@ -38,6 +38,10 @@ class Prefetcher {
 
   // Stops any running epoch, calls sampler.start_epoch(epoch) and starts reading ahead.
   void start_epoch(int64_t epoch);
+  // Stops reading ahead (an in-flight read finishes first); the sampler is the caller's again
+  // until the next start_epoch/resume. The trainer ends epochs by an agreed step count, so the
+  // thread may still be running when it wants to hand the sampler new epoch data.
+  void halt() { stop(); }
   // Stops any running epoch, calls sampler.load_state(state) and reads ahead from there.
   void resume(const nlohmann::json& state);
 

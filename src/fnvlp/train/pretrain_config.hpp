@@ -97,6 +97,43 @@ struct NegativesConfig {
   }
 };
 
+// Mini-batch construction (negatives/grouped_sampler.hpp, falcon.hpp): uniform (ALBEF), GRIT-style
+// grouping at a fixed or scheduled hardness quantile q, or FALCON's learned per-anchor q.
+// Epoch 0 is always uniform (the warm start of falcon.txt App. C.2).
+struct SamplerConfig {
+  std::string kind = "uniform";  // uniform | grit | falcon
+  int64_t search_space = 1920;   // |M| (GRIT-VLP 1920; FALCON 2400 / 5664 / 28320)
+  std::string schedule = "fixed";  // fixed | hardening | softening (grit)
+  double q = 1.0;                  // fixed: 1 = GRIT's most similar, 0.5, 0 = least similar
+  double q_start = -1;             // schedules; -1: hardening 0 -> 1, softening 1 -> 0
+  double q_end = -1;
+  int64_t falcon_quantiles = 100;  // m, FALCON Table 5
+  int64_t falcon_hidden = 256;
+  int64_t falcon_blocks = 2;
+  double falcon_lr = 1e-4;
+  double falcon_weight_decay = 0.01;
+  bool falcon_instance_level = true;  // false: one q per batch (the paper's ablation)
+  bool falcon_baseline = true;        // running-mean baseline in the REINFORCE advantage
+  double falcon_baseline_decay = 0.9;
+  template <class V>
+  void fields(V& v) {
+    v("kind", kind);
+    v("search_space", search_space);
+    v("schedule", schedule);
+    v("q", q);
+    v("q_start", q_start);
+    v("q_end", q_end);
+    v("falcon_quantiles", falcon_quantiles);
+    v("falcon_hidden", falcon_hidden);
+    v("falcon_blocks", falcon_blocks);
+    v("falcon_lr", falcon_lr);
+    v("falcon_weight_decay", falcon_weight_decay);
+    v("falcon_instance_level", falcon_instance_level);
+    v("falcon_baseline", falcon_baseline);
+    v("falcon_baseline_decay", falcon_baseline_decay);
+  }
+};
+
 struct TrainConfig {
   int64_t batch_size = 32;  // per rank
   int64_t epochs = 1;
@@ -139,6 +176,7 @@ struct PretrainConfig {
   OptimConfig optim;
   LossConfig loss;
   NegativesConfig negatives;
+  SamplerConfig sampler;
   TrainConfig train;
   CheckpointConfig checkpoint;
   WatchdogConfig watchdog;
@@ -150,6 +188,7 @@ struct PretrainConfig {
     v("optim", optim);
     v("loss", loss);
     v("negatives", negatives);
+    v("sampler", sampler);
     v("train", train);
     v("checkpoint", checkpoint);
     v("watchdog", watchdog);

@@ -21,8 +21,12 @@
 #include "fnvlp/loss/mlm.hpp"
 #include "fnvlp/loss/tcl.hpp"
 #include "fnvlp/model/albef.hpp"
+#include "fnvlp/negatives/falcon.hpp"
+#include "fnvlp/negatives/fn_rate.hpp"
 #include "fnvlp/negatives/glofnd.hpp"
+#include "fnvlp/negatives/grouped_sampler.hpp"
 #include "fnvlp/negatives/srcl.hpp"
+#include "fnvlp/train/batch_source.hpp"
 #include "fnvlp/train/grad_sync.hpp"
 #include "fnvlp/train/run_dir.hpp"
 #include "fnvlp/train/schedule.hpp"
@@ -95,8 +99,6 @@ class Trainer {
         run_(opt.run_dir, comm),
         dataset_(opt.data_dir),
         partition_(dataset_.num_pairs(), comm.size()),
-        sampler_(partition_, cfg.train.batch_size, static_cast<uint64_t>(cfg.train.seed),
-                 comm.rank()),
         model_(nullptr),
         augment_(cfg.augment, cfg.model.image_size),
         ckpt_(run_, comm, cfg.checkpoint),
@@ -128,14 +130,20 @@ class Trainer {
         std::make_unique<torch::optim::AdamW>(std::move(groups), adamw(cfg_.optim.weight_decay));
 
     setup_negatives();
+    setup_sampler();
 
     // Every rank must run the same number of steps: blocks differ in size by at most one pair.
-    steps_per_epoch_ = comm_.allreduce_min(sampler_.batches_per_epoch());
-    FNVLP_CHECK(steps_per_epoch_ > 0,
+    uniform_steps_ = comm_.allreduce_min(grouped_ ? grouped_->uniform_batches_per_epoch()
+                                                  : sampler_->batches_per_epoch());
+    grouped_steps_ =
+        grouped_ ? comm_.allreduce_min(grouped_->grouped_batches_per_epoch()) : uniform_steps_;
+    FNVLP_CHECK(uniform_steps_ > 0 && grouped_steps_ > 0,
                 opt.data_dir << ": " << dataset_.num_pairs() << " pairs over " << comm_.size()
-                             << " ranks give no full batch of " << cfg_.train.batch_size);
-    total_steps_ =
-        cfg_.train.max_steps > 0 ? cfg_.train.max_steps : cfg_.train.epochs * steps_per_epoch_;
+                             << " ranks give no full batch of " << cfg_.train.batch_size
+                             << " (search spaces of " << cfg_.sampler.search_space << ")");
+    total_steps_ = cfg_.train.max_steps > 0
+                       ? cfg_.train.max_steps
+                       : uniform_steps_ + (cfg_.train.epochs - 1) * grouped_steps_;
   }
 
   int run() {
@@ -149,7 +157,9 @@ class Trainer {
                           resumed ? std::optional<int64_t>(step_) : std::nullopt);
     run_.write_config(opt_.config_yaml);
     Watchdog dog(comm_, cfg_.watchdog.timeout_s);
-    data::Prefetcher loader(dataset_, sampler_, static_cast<int>(cfg_.train.prefetch));
+    if (grouped_ && epoch_ > 0) restore_sampler_embeddings();
+    BatchSource loader(dataset_, *sampler_, static_cast<int>(cfg_.train.prefetch),
+                       falcon_ != nullptr);
     if (resumed && !sampler_state.is_null())
       loader.resume(sampler_state);
     else
@@ -158,7 +168,7 @@ class Trainer {
       spdlog::info(
           "pretrain: {} pairs, {} ranks x batch {}, {} steps/epoch, {} steps, model {:.1f} M "
           "params",
-          dataset_.num_pairs(), comm_.size(), cfg_.train.batch_size, steps_per_epoch_, total_steps_,
+          dataset_.num_pairs(), comm_.size(), cfg_.train.batch_size, uniform_steps_, total_steps_,
           model_->num_parameters() / 1e6);
 
     const auto t0 = std::chrono::steady_clock::now();
@@ -172,7 +182,8 @@ class Trainer {
       dog.beat(step_, "data");
       // Epochs end on an agreed step count, never on one rank's loader running dry: blocks may
       // differ by a pair, and a rank alone at an epoch end would deadlock the collectives.
-      if (step_in_epoch_ == steps_per_epoch_) {
+      if (step_in_epoch_ == epoch_steps(epoch_)) {
+        loader.halt();
         finish_epoch(dog, metrics);
         loader.start_epoch(++epoch_);
         step_in_epoch_ = 0;
@@ -180,7 +191,8 @@ class Trainer {
       }
       FNVLP_CHECK(loader.next(batch), "rank " << comm_.rank() << ": loader ended epoch " << epoch_
                                               << " after " << step_in_epoch_ << " of "
-                                              << steps_per_epoch_ << " steps");
+                                              << epoch_steps(epoch_) << " steps");
+      record_sampler(loader.state());
       dog.beat(step_, "step");
       const StepLosses l = train_step(batch);
       samples += batch.size() * comm_.size();
@@ -242,6 +254,124 @@ class Trainer {
   }
 
  private:
+  void setup_sampler() {
+    const SamplerConfig& sc = cfg_.sampler;
+    const auto seed = static_cast<uint64_t>(cfg_.train.seed);
+    if (sc.kind == "uniform") {
+      sampler_ = std::make_unique<data::UniformSampler>(partition_, cfg_.train.batch_size, seed,
+                                                        comm_.rank());
+      return;
+    }
+    FNVLP_CHECK(sc.kind == "grit" || sc.kind == "falcon",
+                "sampler.kind: unknown sampler '" << sc.kind << "' (uniform | grit | falcon)");
+    // Grouped epochs read the previous epoch's embeddings; a resumed run reads them back from
+    // embeddings/epoch-EEE.h5, so they must be exported.
+    FNVLP_CHECK(cfg_.train.export_embeddings,
+                "sampler.kind=" << sc.kind
+                                << " needs train.export_embeddings=true (grouped epochs use the "
+                                   "previous epoch's embeddings, and a resume reads them back)");
+    if (sc.kind == "grit") {
+      negatives::GroupedConfig g;
+      g.search_space = sc.search_space;
+      g.schedule = negatives::parse_q_schedule(sc.schedule);
+      g.q = sc.q;
+      const bool hard = g.schedule == negatives::QSchedule::kHardening;
+      g.q_start = sc.q_start >= 0 ? sc.q_start : (hard ? 0.0 : 1.0);
+      g.q_end = sc.q_end >= 0 ? sc.q_end : (hard ? 1.0 : 0.0);
+      g.epochs = cfg_.train.epochs;
+      g.validate(cfg_.train.batch_size);
+      auto s = std::make_unique<negatives::GroupedSampler>(partition_, cfg_.train.batch_size, seed,
+                                                           comm_.rank(), g);
+      grouped_ = s.get();
+      sampler_ = std::move(s);
+      return;
+    }
+    negatives::FalconConfig f;
+    f.quantiles = sc.falcon_quantiles;
+    f.hidden = sc.falcon_hidden;
+    f.blocks = sc.falcon_blocks;
+    f.lr = sc.falcon_lr;
+    f.weight_decay = sc.falcon_weight_decay;
+    f.instance_level = sc.falcon_instance_level;
+    f.baseline = sc.falcon_baseline;
+    f.baseline_decay = sc.falcon_baseline_decay;
+    f.init_seed = seed;  // the same policy on every rank
+    f.validate();
+    falcon_ = std::make_unique<negatives::FalconScheduler>(f);
+    auto s = std::make_unique<negatives::FalconSampler>(partition_, cfg_.train.batch_size, seed,
+                                                        comm_.rank(), sc.search_space, *falcon_);
+    grouped_ = s.get();
+    sampler_ = std::move(s);
+  }
+
+  int64_t epoch_steps(int64_t epoch) const { return epoch == 0 ? uniform_steps_ : grouped_steps_; }
+
+  // The rank's block rows of embeddings of all pairs (pair_id order).
+  std::pair<torch::Tensor, torch::Tensor> block_rows(const data::Embeddings& e) const {
+    const data::PairRange block = partition_.block(comm_.rank());
+    const auto opts = torch::TensorOptions().dtype(torch::kFloat);
+    auto img = torch::from_blob(const_cast<float*>(e.image_emb.data()), {e.size(), e.dim}, opts);
+    auto txt = torch::from_blob(const_cast<float*>(e.text_emb.data()), {e.size(), e.dim}, opts);
+    return {img.narrow(0, block.begin, block.size()).clone(),
+            txt.narrow(0, block.begin, block.size()).clone()};
+  }
+
+  // A resumed grouped epoch E uses the embeddings exported at the end of epoch E - 1.
+  void restore_sampler_embeddings() {
+    const std::string path = run_.embeddings_path(epoch_ - 1);
+    FNVLP_CHECK(fs::exists(path), path << ": missing; the grouped sampler of epoch " << epoch_
+                                       << " needs the embeddings of epoch " << epoch_ - 1);
+    const data::Embeddings e = data::read_embeddings(path);
+    FNVLP_CHECK(e.size() == dataset_.num_pairs(),
+                path << ": " << e.size() << " rows, the dataset has " << dataset_.num_pairs());
+    const auto [img, txt] = block_rows(e);
+    grouped_->set_embeddings(epoch_, img, txt);
+  }
+
+  // Sampler telemetry of the batch about to be trained on: its picks' q (grouped epochs) and, for
+  // FALCON, the draws the policy update needs.
+  void record_sampler(const json& state) {
+    if (!grouped_) return;
+    const negatives::ValueStats q = negatives::GroupedSampler::q_stats_from_state(state);
+    if (q.n > 0) {
+      q_window_[0] += q.mean;
+      q_window_[1] += q.p5;
+      q_window_[2] += q.p95;
+      q_window_[3] += 1;
+    }
+    if (falcon_) draws_ = falcon_->take_draws();
+  }
+
+  // FALCON's scheduler update (falcon.txt §3.3, Alg. 2 lines 7-8): reward Δ_k = L_MLM(θ_k) -
+  // L_MLM(θ_{k+1}) on the same batch with the same masks, then REINFORCE on Δ_k with the policy's
+  // gradient averaged over ranks like the model's. Every rank takes part (an empty draw set
+  // contributes a zero gradient), and only in grouped epochs: epoch 0 trains no scheduler (App.
+  // C.2).
+  void falcon_update(double mlm_before, const torch::Tensor& images, const loss::MlmMasking& m,
+                     const torch::Tensor& mask) {
+    if (!falcon_ || epoch_ == 0) return;
+    double after = 0;
+    {
+      torch::NoGradGuard no_grad;
+      // Dropout draws as in the step's forward pass (exact with dropout 0, as the presets have).
+      torch::manual_seed(data::hash_key({static_cast<uint64_t>(cfg_.train.seed),
+                                         static_cast<uint64_t>(step_),
+                                         static_cast<uint64_t>(comm_.rank()), 0}));
+      const auto tokens = model_->encode_image(images);
+      const auto fused = model_->fuse(model_->encode_text(m.input_ids, mask), mask, tokens);
+      after = loss::mlm_loss(model_->mlm_logits(loss::gather_positions(fused, m.positions)),
+                             m.targets)
+                  .item<double>();
+    }
+    const double reward = mlm_before - after;
+    falcon_->loss_backward(reward, draws_);
+    auto params = falcon_->parameters();
+    allreduce_gradients(comm_, params);
+    falcon_->step();
+    reward_window_[0] += reward;
+    reward_window_[1] += 1;
+  }
+
   void setup_negatives() {
     const NegativesConfig& nc = cfg_.negatives;
     neg_method_ = parse_neg_method(nc.method);
@@ -320,21 +450,16 @@ class Trainer {
     c[5] += static_cast<double>(fc_i.same_label_neg + fc_t.same_label_neg);
   }
 
-  // In-batch rate of known false negatives (FALCON Fig. 2) for whatever sampler built the batch:
-  // among the other pairs of the global batch, those sharing the anchor's image_id / label.
-  void record_batch_fn(const loss::ItcInputs& in, const data::Batch& batch) {
-    const int64_t b = batch.size(), n = in.image_id_all.size(0);
-    auto others = torch::ones({b, n}, torch::kBool);
-    others.narrow(1, in.offset, b).fill_diagonal_(false);
-    const auto same_image = (in.image_id.unsqueeze(1) == in.image_id_all.unsqueeze(0)) & others;
-    const auto lr = batch.label.to(torch::kLong).unsqueeze(1);
-    const auto lc = label_all_.unsqueeze(0);
-    const auto known = (lr >= 0) & (lc >= 0) & others;
+  // In-batch rate of known false negatives (FALCON Fig. 2) of the batch the sampler composed (the
+  // rank's local batch: grouping happens within a rank's block), for every sampler.
+  void record_batch_fn(const data::Batch& batch) {
+    const std::vector<int64_t> ids = to_vector(batch.image_id), labels = to_vector(batch.label);
+    const negatives::BatchFnRate r = negatives::batch_false_negative_rate(ids, labels);
     auto& c = fn_.counts;
-    c[6] += static_cast<double>(others.sum().item<int64_t>());
-    c[7] += static_cast<double>(same_image.sum().item<int64_t>());
-    c[8] += static_cast<double>(known.sum().item<int64_t>());
-    c[9] += static_cast<double>((known & (lr == lc)).sum().item<int64_t>());
+    c[6] += static_cast<double>(r.negatives);
+    if (r.negatives > 0) c[7] += r.image * static_cast<double>(r.negatives);
+    c[8] += static_cast<double>(r.labelled);
+    if (r.labelled > 0) c[9] += r.label * static_cast<double>(r.labelled);
   }
 
   // Extra losses of TCL (loss/tcl.hpp) on a second augmented view and a second text pass.
@@ -402,10 +527,10 @@ class Trainer {
     // own pair included in "shares").
     const torch::Tensor negative = in.image_id.unsqueeze(1) != in.image_id_all.unsqueeze(0);
     apply_negatives(in, negative, batch, images);
-    record_batch_fn(in, batch);
+    record_batch_fn(batch);
     in.soft = loss::parse_soft_targets(cfg_.loss.soft_targets);
     const int64_t ramp =
-        cfg_.loss.soft_warmup_steps < 0 ? steps_per_epoch_ : cfg_.loss.soft_warmup_steps;
+        cfg_.loss.soft_warmup_steps < 0 ? uniform_steps_ : cfg_.loss.soft_warmup_steps;
     in.soft_weight =
         cfg_.loss.soft_weight *
         (ramp > 0 ? std::min(1.0, static_cast<double>(step_) / static_cast<double>(ramp)) : 1.0);
@@ -475,6 +600,7 @@ class Trainer {
     allreduce_gradients(comm_, params_);
     if (cfg_.optim.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params_, cfg_.optim.grad_clip);
     optimizer_->step();
+    falcon_update(out.mlm, images, m, mask);
     return out;
   }
 
@@ -491,7 +617,7 @@ class Trainer {
 
   void log_progress(MetricsWriter& metrics, const StepLosses& sum, int64_t n,
                     std::chrono::steady_clock::time_point window_start,
-                    std::chrono::steady_clock::time_point t0, const data::Prefetcher& loader) {
+                    std::chrono::steady_clock::time_point t0, const BatchSource& loader) {
     std::vector<double> v = {sum.itc / n, sum.itm / n, sum.mlm / n, sum.total / n,
                              loader.wait_fraction()};
     comm_.allreduce_mean(v);
@@ -559,18 +685,35 @@ class Trainer {
     }
     if (neg_method_ == NegMethod::kSrcl) m["srcl_helper_weight"] = last_srcl_a_;
     fn_.clear();
+    if (grouped_) {
+      std::vector<double> q = q_window_, rw = reward_window_;
+      comm_.allreduce_sum(q);
+      comm_.allreduce_sum(rw);
+      if (q[3] > 0) {  // window means of the per-batch statistics of the picks' q
+        m["q_mean"] = q[0] / q[3];
+        m["q_p5"] = q[1] / q[3];
+        m["q_p95"] = q[2] / q[3];
+      }
+      if (rw[1] > 0) m["falcon_reward"] = rw[0] / rw[1];
+      std::fill(q_window_.begin(), q_window_.end(), 0.0);
+      std::fill(reward_window_.begin(), reward_window_.end(), 0.0);
+    }
   }
 
   static std::string fn_progress(const json& m) {
     std::string s;
     for (const char* k : {"filtered_frac_i2t", "lambda_image_mean", "fn_precision", "fn_recall",
-                          "batch_fn_rate_label", "imc", "lmi"})
+                          "batch_fn_rate_label", "q_mean", "falcon_reward", "imc", "lmi"})
       if (m.contains(k)) s += fmt::format(" {}={:.4f}", k, m[k].get<double>());
     return s;
   }
 
   void finish_epoch(Watchdog& dog, MetricsWriter& metrics) {
     if (cfg_.train.export_embeddings) export_embeddings(dog, metrics);
+    if (grouped_) {  // the next epoch groups by this epoch's embeddings (falcon.txt App. C.2)
+      const auto [img, txt] = block_rows(last_embeddings_);
+      grouped_->set_embeddings(epoch_ + 1, img, txt);
+    }
   }
 
   // Embeddings of every pair of `ds` (no augmentation): each rank encodes its block, every rank
@@ -615,7 +758,8 @@ class Trainer {
 
   void export_embeddings(Watchdog& dog, MetricsWriter& metrics) {
     auto guard = dog.long_phase("export embeddings");
-    data::Embeddings e = embed_dataset(dataset_);
+    data::Embeddings& e = last_embeddings_;
+    e = embed_dataset(dataset_);
     if (glofnd_) {  // blocks are contiguous and in rank order: the gather is in pair_id order
       e.glofnd_lambda_image = comm_.allgatherv(glofnd_->image.lambdas());
       e.glofnd_lambda_text = comm_.allgatherv(glofnd_->text.lambdas());
@@ -667,6 +811,7 @@ class Trainer {
       if (!comm_.is_root()) return;
       save_module(dir, "model", *model_);
       save_optimizer(dir, "optimizer", *optimizer_);
+      if (falcon_) falcon_->save((fs::path(dir) / "falcon.pt").string());
       write_file((fs::path(dir) / "trainer.json").string(), state.dump(2));
     });
   }
@@ -686,6 +831,7 @@ class Trainer {
     load_module(info->dir, "model", *model_);
     load_optimizer(info->dir, "optimizer", *optimizer_);
     if (glofnd_) load_glofnd(info->dir);
+    if (falcon_) falcon_->load((fs::path(info->dir) / "falcon.pt").string());
     const json state = json::parse(read_file((fs::path(info->dir) / "trainer.json").string()));
     step_ = state.at("step").get<int64_t>();
     epoch_ = state.at("epoch").get<int64_t>();
@@ -734,14 +880,20 @@ class Trainer {
   RunDir run_;
   data::PairDataset dataset_;
   data::BlockPartition partition_;
-  data::UniformSampler sampler_;
+  std::unique_ptr<data::Sampler> sampler_;
+  negatives::GroupedSampler* grouped_ = nullptr;  // sampler_ when it groups (grit, falcon)
+  std::unique_ptr<negatives::FalconScheduler> falcon_;
+  negatives::FalconDraws draws_;  // the q draws that composed the current batch (FALCON)
+  std::vector<double> q_window_ = std::vector<double>(4, 0.0);  // sum of mean, p5, p95; batches
+  std::vector<double> reward_window_ = std::vector<double>(2, 0.0);  // sum of rewards; count
   model::Albef model_;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   data::Augmenter augment_;
   CheckpointManager ckpt_;
   SkipCounter skips_;
-  int64_t steps_per_epoch_ = 0;
+  int64_t uniform_steps_ = 0;  // steps of a uniform epoch (epoch 0 always)
+  int64_t grouped_steps_ = 0;  // steps of a grouped epoch (GRIT / FALCON, from epoch 1)
   int64_t total_steps_ = 0;
   int64_t step_ = 0;
   int64_t epoch_ = 0;
@@ -755,6 +907,7 @@ class Trainer {
   double last_srcl_a_ = 0;
   torch::Tensor label_all_;
   FnWindow fn_;
+  data::Embeddings last_embeddings_;
 };
 
 }  // namespace
