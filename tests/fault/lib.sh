@@ -27,6 +27,7 @@ pretrain() { "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" --data "${data:-$work/sha
 # Runs a command that must fail; sets $rc and $elapsed, keeps its output in $work/out.txt.
 expect_failure() {
   local t0
+  [ "$1" != pretrain ] || set -- "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" --data "${data:-$work/shards}" "${common[@]}" "${@:2}"
   t0=$(date +%s.%N)
   set +e
   timeout 300 "$@" >"$work/out.txt" 2>&1
