@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(
   # toolchain
   build-essential cmake ninja-build ccache pkg-config git clang-format
+  # libFuzzer targets (tests/fuzz): clang 14 with its sanitizer and fuzzer runtimes
+  clang-14 libclang-rt-14-dev
   # core libraries
   libtorch-dev libopenblas0-pthread
   libopenmpi-dev openmpi-bin

@@ -2,6 +2,7 @@
 
 #include <cxxopts.hpp>
 
+#include "fnvlp/core/fault.hpp"
 #include "fnvlp/core/log.hpp"
 #include "fnvlp/version.hpp"
 
@@ -14,6 +15,7 @@ int job_main(int argc, char** argv, const char* program,
   {
     Comm comm;
     log::init(comm.rank(), comm.size());
+    fault::set_rank(comm.rank());
     try {
       code = body(comm, argc, argv);
     } catch (const cxxopts::exceptions::exception& e) {

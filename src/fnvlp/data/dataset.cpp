@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "fnvlp/core/error.hpp"
+#include "fnvlp/core/fault.hpp"
 #include "fnvlp/core/sha256.hpp"
 #include "fnvlp/data/h5.hpp"
 #include "fnvlp/data/shard.hpp"
@@ -240,6 +241,7 @@ Batch PairDataset::read(const std::vector<int64_t>& pair_ids) const {
       // by consecutive reads and stays in the chunk cache (>= 4 chunks): each chunk is decoded and
       // Fletcher32-checked once per batch. (A single read of the union of runs would do the same,
       // but HDF5 1.10 maps an irregular selection to chunks element by element: ~100x slower.)
+      fault::point("shard.read", -1, ctx);
       std::lock_guard<std::mutex> lock(h5::global_mutex());
       h5::Handle fspace(H5_CHECK(H5Dget_space(sh.images), ctx), H5Sclose);
       const auto S_ = static_cast<hsize_t>(S);

@@ -94,7 +94,14 @@ std::vector<std::pair<std::string, Span>> json_object_members(const std::string&
     pos = skip_ws(s, pos);
     FNVLP_CHECK(pos < s.size() && s[pos] == '"', file << ": expected a key at byte " << pos);
     const size_t key_end = skip_value(s, pos, file);
-    const std::string key = json::parse(s.substr(pos, key_end - pos)).get<std::string>();
+    // A key with a raw control character or bad escape is a file-level error naming the file
+    // (found by tests/fuzz/fuzz_ingest; it used to escape as a bare nlohmann parse_error).
+    std::string key;
+    try {
+      key = json::parse(s.substr(pos, key_end - pos)).get<std::string>();
+    } catch (const json::exception& e) {
+      FNVLP_FAIL(file << ": invalid object key at byte " << pos << ": " << e.what());
+    }
     pos = skip_ws(s, key_end);
     FNVLP_CHECK(pos < s.size() && s[pos] == ':', file << ": expected ':' at byte " << pos);
     pos = skip_ws(s, pos + 1);

@@ -1,8 +1,10 @@
 #include "fnvlp/data/manifest.hpp"
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include "fnvlp/core/error.hpp"
 #include "fnvlp/core/sha256.hpp"
@@ -37,37 +39,53 @@ json Manifest::to_json() const {
           {"shards", shards_j}};
 }
 
+namespace {
+// An integer field: a float such as 1e111 would make get<int64_t>() undefined behaviour (found by
+// tests/fuzz/fuzz_manifest), so anything but a JSON integer is a malformed manifest.
+int64_t integer(const json& v) {
+  if (!v.is_number_integer())
+    throw std::invalid_argument("expected an integer, got " + v.dump().substr(0, 40));
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    throw std::invalid_argument("integer " + v.dump() + " is out of range");
+  return v.get<int64_t>();
+}
+}  // namespace
+
 Manifest Manifest::from_json(const json& j, const std::string& context) {
   Manifest m;
   try {
-    m.schema = j.at("fnvlp_manifest_schema").get<int64_t>();
+    m.schema = integer(j.at("fnvlp_manifest_schema"));
     FNVLP_CHECK(m.schema == kManifestSchemaVersion, context << ": manifest schema " << m.schema
                                                             << ", this build reads "
                                                             << kManifestSchemaVersion);
-    const int64_t shard_schema = j.at("shard_schema").get<int64_t>();
+    const int64_t shard_schema = integer(j.at("shard_schema"));
     FNVLP_CHECK(shard_schema == kShardSchemaVersion, context << ": shard schema " << shard_schema
                                                              << ", this build reads "
                                                              << kShardSchemaVersion);
     m.created_by = j.at("created_by").get<std::string>();
     m.created_at = j.at("created_at").get<std::string>();
-    m.image_size = j.at("image_size").get<int64_t>();
-    m.max_len = j.at("max_len").get<int64_t>();
+    m.image_size = integer(j.at("image_size"));
+    m.max_len = integer(j.at("max_len"));
     m.vocab_path = j.at("vocab").at("path").get<std::string>();
     m.vocab_sha256 = j.at("vocab").at("sha256").get<std::string>();
-    m.vocab_size = j.at("vocab").at("size").get<int64_t>();
-    m.num_pairs = j.at("num_pairs").get<int64_t>();
-    m.num_images = j.at("num_images").get<int64_t>();
-    m.records_total = j.at("records").at("total").get<int64_t>();
-    m.records_filtered_by_split = j.at("records").at("filtered_by_split").get<int64_t>();
-    m.rejects_total = j.at("rejects").at("total").get<int64_t>();
-    m.rejects_by_reason = j.at("rejects").at("by_reason").get<std::map<std::string, int64_t>>();
+    m.vocab_size = integer(j.at("vocab").at("size"));
+    m.num_pairs = integer(j.at("num_pairs"));
+    m.num_images = integer(j.at("num_images"));
+    m.records_total = integer(j.at("records").at("total"));
+    m.records_filtered_by_split = integer(j.at("records").at("filtered_by_split"));
+    m.rejects_total = integer(j.at("rejects").at("total"));
+    m.rejects_by_reason = {};
+    for (const auto& [reason, n] : j.at("rejects").at("by_reason").items())
+      m.rejects_by_reason[reason] = integer(n);
     m.source = j.at("source");
     for (const auto& s : j.at("shards")) {
-      m.shards.push_back({s.at("file").get<std::string>(), s.at("first_pair_id").get<int64_t>(),
-                          s.at("num_pairs").get<int64_t>(), s.at("num_images").get<int64_t>(),
-                          s.at("bytes").get<int64_t>(), s.at("sha256").get<std::string>()});
+      m.shards.push_back({s.at("file").get<std::string>(), integer(s.at("first_pair_id")),
+                          integer(s.at("num_pairs")), integer(s.at("num_images")),
+                          integer(s.at("bytes")), s.at("sha256").get<std::string>()});
     }
   } catch (const json::exception& e) {
+    FNVLP_FAIL(context << ": malformed manifest: " << e.what());
+  } catch (const std::invalid_argument& e) {
     FNVLP_FAIL(context << ": malformed manifest: " << e.what());
   }
   return m;

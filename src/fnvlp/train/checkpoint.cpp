@@ -325,6 +325,7 @@ CheckpointInfo CheckpointManager::save(int64_t step, const WriteFn& write) {
     std::string agreed;
     comm_.collective([&] {
       try {
+        const SavingCheckpoint saving(step);
         write(tmp_dir);
       } catch (const CollectiveError& e) {
         agreed = e.what();

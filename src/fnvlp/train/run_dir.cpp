@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "fnvlp/core/error.hpp"
+#include "fnvlp/core/fault.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -30,8 +31,18 @@ CheckedFile::~CheckedFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+namespace {
+thread_local int64_t t_saving_step = -1;
+}  // namespace
+
+SavingCheckpoint::SavingCheckpoint(int64_t step) : saved_(t_saving_step) { t_saving_step = step; }
+SavingCheckpoint::~SavingCheckpoint() { t_saving_step = saved_; }
+int64_t SavingCheckpoint::step() { return t_saving_step; }
+
 void CheckedFile::write(const void* data, size_t size) {
   FNVLP_CHECK(fd_ >= 0, "write to closed file '" << path_ << "'");
+  const bool saving = t_saving_step >= 0;
+  if (saving) fault::point("checkpoint.write", t_saving_step, path_);
   const char* p = static_cast<const char*>(data);
   while (size > 0) {
     const ssize_t n = ::write(fd_, p, size);
@@ -41,6 +52,8 @@ void CheckedFile::write(const void* data, size_t size) {
     p += n;
     size -= static_cast<size_t>(n);
   }
+  // After the bytes: a process killed here leaves a partly written checkpoint file behind.
+  if (saving) fault::point("checkpoint.kill", t_saving_step, path_);
 }
 
 void CheckedFile::sync() {

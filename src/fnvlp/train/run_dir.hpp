@@ -45,6 +45,21 @@ class CheckedFile {
   int fd_ = -1;
 };
 
+// Marks this thread as saving the checkpoint of `step` for its lifetime: CheckedFile writes
+// inside it are the fault-injection sites checkpoint.write and checkpoint.kill (core/fault.hpp),
+// with the step as the event number.
+class SavingCheckpoint {
+ public:
+  explicit SavingCheckpoint(int64_t step);
+  ~SavingCheckpoint();
+  SavingCheckpoint(const SavingCheckpoint&) = delete;
+  SavingCheckpoint& operator=(const SavingCheckpoint&) = delete;
+  static int64_t step();  // -1 outside a save
+
+ private:
+  int64_t saved_;
+};
+
 // Writes `data` to `path` (no fsync: the checkpoint commit fsyncs every file it checksums).
 void write_file(const std::string& path, std::string_view data);
 // Writes `path` + ".tmp", fsyncs it, renames it over `path`, fsyncs the directory: readers see

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "fnvlp/core/fault.hpp"
 #include "fnvlp/core/log.hpp"
 #include "fnvlp/data/dataset.hpp"
 #include "fnvlp/data/embeddings.hpp"
@@ -504,6 +505,7 @@ class Trainer {
     FNVLP_CHECK(
         !(step_ == cfg_.train.inject_throw_step && comm_.rank() == cfg_.train.inject_throw_rank),
         "injected failure at step " << step_ << " (train.inject_throw_step)");
+    fault::at_step(step_);  // FNVLP_FAULT step.kill / step.sleep / step.throw (core/fault.hpp)
     auto aug_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 1);
     const torch::Tensor images = augment_.train(batch.images, aug_gen);
     const torch::Tensor ids = batch.tokens, mask = batch.attention_mask;
@@ -579,6 +581,7 @@ class Trainer {
     if (step_ == cfg_.train.inject_nonfinite_step &&
         comm_.rank() == cfg_.train.inject_nonfinite_rank)
       out.total = std::nan("");
+    if (fault::point("step.nan", step_)) out.total = std::nan("");
     // Every rank takes the same decision: a NaN on one rank would otherwise poison the
     // averaged gradient of all.
     const bool finite = all_finite(comm_, out.total);

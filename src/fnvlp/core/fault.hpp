@@ -1,0 +1,54 @@
+#pragma once
+// Fault injection for the reliability tests (tests/fault/README.md). Compiled into every build
+// and off by default: without the environment variable FNVLP_FAULT each point() is one relaxed
+// atomic load and returns false.
+//
+// Grammar (whitespace ignored):
+//   FNVLP_FAULT = entry { "," entry }
+//   entry       = SITE ":" WHEN [ ":" RANK [ ":" ARG ] ]
+//   WHEN        = K | K "-" M | "*"     the event numbers it fires on (inclusive range; * = all)
+//   RANK        = R | "*"               the MPI rank it fires on (default *: every rank)
+//   ARG         = a number, the site's parameter (step.sleep: seconds, default 3600)
+// The event number is the `event` the call site passes (the training step, the checkpoint's
+// step), or, for sites that pass none, the 1-based count of that site's calls in this process.
+// Example: FNVLP_FAULT="step.kill:7:1,checkpoint.write:10" kills rank 1 at step 7 and fails the
+// checkpoint write of step 10 on every rank.
+//
+// Sites and what they do when they fire (the action follows from the site's last word):
+//   checkpoint.write  throws "cannot write '<file>': No space left on device (injected ...)"
+//                     while a checkpoint file is being written (every checked write goes through)
+//   checkpoint.kill   SIGKILL of this process after its checkpoint files are written and before
+//                     the commit (the marker, the renames and `latest`)
+//   step.kill         SIGKILL of this process at the start of the step
+//   step.sleep        sleeps ARG seconds at the start of the step (a stalled rank)
+//   step.throw        throws fnvlp::Error at the start of the step
+//   step.nan          the caller makes this step's loss NaN
+//   shard.read        throws an I/O error naming the shard file and dataset at an image read
+// An unknown site or a malformed entry throws fnvlp::Error naming FNVLP_FAULT at the first point()
+// (a typo must not silently test nothing).
+#include <cstdint>
+#include <string>
+
+namespace fnvlp::fault {
+
+inline constexpr const char* kEnvVar = "FNVLP_FAULT";
+
+// Sets the rank matched against RANK (job_main calls it; otherwise the launcher's environment
+// OMPI_COMM_WORLD_RANK / PMIX_RANK / PMI_RANK / SLURM_PROCID, else 0).
+void set_rank(int rank);
+
+// Call site hook. Returns true when the site fired and the caller must act (step.nan); the other
+// actions (kill, sleep, throw) happen inside. `event` < 0: the site's own call count is used.
+// `context` (a file name, "file:/dataset") goes into the messages.
+bool point(const char* site, int64_t event = -1, const std::string& context = "");
+
+// The start-of-step sites in one call: step.kill, step.sleep, step.throw at `step`.
+void at_step(int64_t step);
+
+// True when FNVLP_FAULT is set and non-empty (parsed at first use).
+bool enabled();
+
+// Re-reads FNVLP_FAULT (tests that change the variable in-process); resets the call counters.
+void reload();
+
+}  // namespace fnvlp::fault

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Guarantee 3: corrupt or inconsistent shards stop fnvlp-pretrain with an error naming the file
+# (and the dataset) - before the first step for everything the open-time checks can see
+# (missing, truncated, wrong schema version, manifest/shard mismatch), and at the read, before the
+# batch is trained on, for a flipped bit inside an image chunk (HDF5's Fletcher32 on every
+# chunk; the job does not hash every shard at start, see README.md). `fnvlp-shard --verify`
+# reports the same faults.
+source "$(dirname "$0")/lib.sh"
+make_data
+shard=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['shards'][1]['file'])" "$work/shards/manifest.json")
+echo "  corrupting $shard (the second of $(ls "$work/shards" | grep -c '\.h5$') shards)"
+
+variant() {  # fresh copy of the dataset in $work/$1
+  rm -rf "$work/$1"
+  cp -r "$work/shards" "$work/$1"
+  data=$work/$1
+}
+# Must fail before the first step with /pattern/ in the output.
+fails_at_open() {
+  expect_failure pretrain --out "$work/run-$1"
+  expect_output "$2"
+  [ ! -s "$work/run-$1/metrics.jsonl" ] || fail "$1: steps ran before the error"
+}
+
+echo "== missing shard"
+variant missing
+rm "$data/$shard"
+fails_at_open missing "$shard: missing \(listed in .*manifest.json\)"
+
+echo "== truncated shard"
+variant truncated
+truncate -s $(($(stat -c %s "$data/$shard") / 2)) "$data/$shard"
+fails_at_open truncated "$shard: [0-9]+ bytes, .*manifest.json says [0-9]+ \(truncated or replaced\?\)"
+
+echo "== wrong schema version (manifest bytes and sha256 updated, so only the schema differs)"
+variant schema
+/usr/bin/python3 - "$data" "$shard" <<'PY'
+import h5py, hashlib, json, os, sys
+d, s = sys.argv[1], sys.argv[2]
+with h5py.File(os.path.join(d, s), "r+") as f:
+    f.attrs.modify("fnvlp_schema", 99)
+m = json.load(open(os.path.join(d, "manifest.json")))
+for e in m["shards"]:
+    if e["file"] == s:
+        p = os.path.join(d, s)
+        e["bytes"] = os.path.getsize(p)
+        e["sha256"] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+json.dump(m, open(os.path.join(d, "manifest.json"), "w"), indent=2)
+PY
+fails_at_open schema "$shard: shard schema version 99, this build reads 1"
+
+echo "== manifest/shard mismatch (manifest claims one more image row)"
+variant mismatch
+/usr/bin/python3 - "$data" "$shard" <<'PY'
+import json, os, sys
+d, s = sys.argv[1], sys.argv[2]
+m = json.load(open(os.path.join(d, "manifest.json")))
+for e in m["shards"]:
+    if e["file"] == s:
+        e["num_images"] += 1
+json.dump(m, open(os.path.join(d, "manifest.json"), "w"), indent=2)
+PY
+fails_at_open mismatch "$shard:/images has [0-9]+ rows, manifest says [0-9]+"
+
+echo "== one bit flipped inside an image chunk"
+variant bitflip
+/usr/bin/python3 - "$data/$shard" <<'PY'
+import h5py, sys
+p = sys.argv[1]
+with h5py.File(p, "r") as f:
+    info = f["images"].id.get_chunk_info(0)
+pos = info.byte_offset + info.size // 2
+with open(p, "r+b") as f:
+    f.seek(pos)
+    b = f.read(1)
+    f.seek(pos)
+    f.write(bytes([b[0] ^ 0x10]))
+print("  flipped bit 4 of byte %d (image chunk 0 at %d, %d bytes)" % (pos, info.byte_offset, info.size))
+PY
+# 40 steps of 2 x 16 pairs read every image of the 1080 (one epoch is 33 steps).
+expect_failure pretrain --out "$work/run-bitflip" --set train.max_steps=40
+expect_output "$shard:/images: read of image rows"
+expect_output "[Cc]hecksum|Fletcher|filter"
+steps=$( [ -f "$work/run-bitflip/metrics.jsonl" ] && wc -l <"$work/run-bitflip/metrics.jsonl" || echo 0)
+[ "$steps" -lt 40 ] || fail "the run finished despite the corrupt chunk"
+echo "  stopped after $steps logged steps of 40"
+grep -m1 -oE "$shard:/images: read of image rows[^;]*;[^;]*" "$work/out.txt" || true
+set +e
+"${mpirun[@]}" "$bin/data_prep/fnvlp-shard" --verify "$data" >"$work/verify.txt" 2>&1
+vrc=$?
+set -e
+[ "$vrc" -ne 0 ] || fail "fnvlp-shard --verify accepted the flipped bit"
+expect_output "$shard" "$work/verify.txt"
+echo "PASS"
