@@ -70,8 +70,8 @@ int main(int argc, char** argv) {
     cxxopts::Options cli("bench_simstat", "fnvlp-simstat benchmark");
     cli.add_options()("mode", "make|kernel|job|faiss", cxxopts::value(mode))(
         "embeddings", "embeddings file", cxxopts::value(file))(
-        "n", "pairs (make)", cxxopts::value(n)->default_value("65536"))(
-        "d", "dimension (make)", cxxopts::value(d)->default_value("256"))(
+        "pairs", "pairs (make)", cxxopts::value(n)->default_value("65536"))(
+        "dim", "dimension (make)", cxxopts::value(d)->default_value("256"))(
         "rows", "anchors (kernel, faiss)", cxxopts::value(rows)->default_value("2048"))(
         "alpha", "alpha", cxxopts::value(p.alpha)->default_value("0.01"))(
         "quantiles", "m", cxxopts::value(p.quantiles)->default_value("100"))(

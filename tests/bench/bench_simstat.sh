@@ -16,7 +16,7 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 cmake --build "$build" --target bench_simstat >/dev/null
 bench=$build/tests/bench/bench_simstat
 mpirun=(mpirun --oversubscribe --bind-to none)
-echo "# $(date -u +%FT%TZ) $(git -C "$root" rev-parse --short HEAD) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%FT%TZ) $(git -C "$root" rev-parse --short HEAD) $(nproc --all) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 measure() {  # measure LABEL FILE
   local label=$1 file=$2
@@ -27,11 +27,11 @@ measure() {  # measure LABEL FILE
   "${mpirun[@]}" -np 2 "$bench" --mode job --embeddings "$file" --alpha "$ALPHA"  # (d) 2 ranks
 }
 
-[ -f "$work/rand-$N-$D.h5" ] || "$bench" --mode make --embeddings "$work/rand-$N-$D.h5" --n "$N" --d "$D"
+[ -f "$work/rand-$N-$D.h5" ] || "$bench" --mode make --embeddings "$work/rand-$N-$D.h5" --pairs "$N" --dim "$D"
 measure "random unit vectors N=$N D=$D" "$work/rand-$N-$D.h5"
 if [ -n "${REAL:-}" ]; then measure "exported embeddings" "$REAL"; fi
 if [ "$BIG_N" -gt 0 ]; then
   echo "## (e) peak memory at N=$BIG_N D=$D, 2 ranks"
-  [ -f "$work/rand-$BIG_N-$D.h5" ] || "$bench" --mode make --embeddings "$work/rand-$BIG_N-$D.h5" --n "$BIG_N" --d "$D"
+  [ -f "$work/rand-$BIG_N-$D.h5" ] || "$bench" --mode make --embeddings "$work/rand-$BIG_N-$D.h5" --pairs "$BIG_N" --dim "$D"
   "${mpirun[@]}" -np 2 "$bench" --mode job --embeddings "$work/rand-$BIG_N-$D.h5" --alpha "$ALPHA"
 fi
