@@ -76,4 +76,79 @@ Embeddings read_embeddings(const std::string& path) {
   return e;
 }
 
+struct EmbeddingsFile::Impl {
+  h5::Handle file, image, text, lam_image, lam_text;
+};
+
+EmbeddingsFile::EmbeddingsFile(const std::string& path) : impl_(new Impl), path_(path) {
+  try {
+    std::lock_guard<std::mutex> lock(h5::global_mutex());
+    impl_->file = h5::open_file(path);
+    const hid_t f = impl_->file;
+    const int64_t schema = h5::read_attr_int(f, "fnvlp_schema", path);
+    FNVLP_CHECK(schema == kEmbeddingsSchemaVersion, path << ": embeddings schema " << schema
+                                                         << ", this build reads "
+                                                         << kEmbeddingsSchemaVersion);
+    epoch_ = h5::read_attr_int(f, "epoch", path);
+    step_ = h5::read_attr_int(f, "step", path);
+    impl_->image = h5::open_dataset(f, "image_emb", path);
+    impl_->text = h5::open_dataset(f, "text_emb", path);
+    const auto shape = h5::dims(impl_->image, path + ":/image_emb");
+    FNVLP_CHECK(shape.size() == 2 && shape == h5::dims(impl_->text, path + ":/text_emb"),
+                path << ": image_emb and text_emb must both be [N, D] with the same shape");
+    n_ = static_cast<int64_t>(shape[0]);
+    dim_ = static_cast<int64_t>(shape[1]);
+    const auto pair_id = h5::read_dataset<int64_t>(f, "pair_id", path);
+    image_id_ = h5::read_dataset<int64_t>(f, "image_id", path);
+    label_ = h5::read_dataset<int32_t>(f, "label", path);
+    FNVLP_CHECK(static_cast<int64_t>(pair_id.size()) == n_ &&
+                    static_cast<int64_t>(image_id_.size()) == n_ &&
+                    static_cast<int64_t>(label_.size()) == n_,
+                path << ": pair_id/image_id/label do not match " << n_ << " rows");
+    for (int64_t i = 0; i < n_; ++i)
+      FNVLP_CHECK(pair_id[static_cast<size_t>(i)] == i,
+                  path << ":/pair_id is not 0..N-1 at row " << i);
+    has_lambda_ = h5::exists(f, "glofnd_lambda_image");
+    if (has_lambda_) {
+      impl_->lam_image = h5::open_dataset(f, "glofnd_lambda_image", path);
+      impl_->lam_text = h5::open_dataset(f, "glofnd_lambda_text", path);
+      for (const char* name : {"glofnd_lambda_image", "glofnd_lambda_text"}) {
+        const auto d = h5::dims(
+            std::string(name) == "glofnd_lambda_image" ? impl_->lam_image : impl_->lam_text,
+            path + ":/" + name);
+        FNVLP_CHECK(d.size() == 1 && static_cast<int64_t>(d[0]) == n_,
+                    path << ":/" << name << " must be [" << n_ << "]");
+      }
+    }
+  } catch (...) {
+    delete impl_;
+    throw;
+  }
+}
+
+EmbeddingsFile::~EmbeddingsFile() {
+  std::lock_guard<std::mutex> lock(h5::global_mutex());
+  delete impl_;
+}
+
+void EmbeddingsFile::read_emb(bool image, int64_t row, int64_t n, float* out) const {
+  FNVLP_CHECK(row >= 0 && n >= 0 && row + n <= n_,
+              path_ << ": rows " << row << "+" << n << " outside [0, " << n_ << ")");
+  if (n == 0) return;
+  std::lock_guard<std::mutex> lock(h5::global_mutex());
+  h5::read_rows(image ? impl_->image : impl_->text, H5T_NATIVE_FLOAT, out,
+                static_cast<hsize_t>(row), static_cast<hsize_t>(n),
+                path_ + (image ? ":/image_emb" : ":/text_emb"));
+}
+
+void EmbeddingsFile::read_lambda(bool image, int64_t row, int64_t n, float* out) const {
+  FNVLP_CHECK(has_lambda_, path_ << ": has no glofnd_lambda_image/glofnd_lambda_text");
+  FNVLP_CHECK(row >= 0 && n >= 0 && row + n <= n_, path_ << ": rows outside the file");
+  if (n == 0) return;
+  std::lock_guard<std::mutex> lock(h5::global_mutex());
+  h5::read_rows(image ? impl_->lam_image : impl_->lam_text, H5T_NATIVE_FLOAT, out,
+                static_cast<hsize_t>(row), static_cast<hsize_t>(n),
+                path_ + (image ? ":/glofnd_lambda_image" : ":/glofnd_lambda_text"));
+}
+
 }  // namespace fnvlp::data

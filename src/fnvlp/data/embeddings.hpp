@@ -24,6 +24,38 @@ struct Embeddings {
   int64_t size() const { return static_cast<int64_t>(pair_id.size()); }
 };
 
+// Streaming access for readers that must not hold N x D in memory (fnvlp-simstat): validates the
+// schema, shapes and pair_id order on open; embeddings are read a block of rows at a time.
+class EmbeddingsFile {
+ public:
+  explicit EmbeddingsFile(const std::string& path);
+  ~EmbeddingsFile();
+  EmbeddingsFile(const EmbeddingsFile&) = delete;
+  EmbeddingsFile& operator=(const EmbeddingsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  int64_t size() const { return n_; }
+  int64_t dim() const { return dim_; }
+  int64_t epoch() const { return epoch_; }
+  int64_t step() const { return step_; }
+  const std::vector<int64_t>& image_id() const { return image_id_; }
+  const std::vector<int32_t>& label() const { return label_; }
+  bool has_lambda() const { return has_lambda_; }
+  // Rows [row, row + n) of image_emb (image = true) or text_emb into out (n * dim floats).
+  void read_emb(bool image, int64_t row, int64_t n, float* out) const;
+  // Rows [row, row + n) of glofnd_lambda_image / glofnd_lambda_text.
+  void read_lambda(bool image, int64_t row, int64_t n, float* out) const;
+
+ private:
+  struct Impl;
+  Impl* impl_ = nullptr;
+  std::string path_;
+  int64_t n_ = 0, dim_ = 0, epoch_ = 0, step_ = 0;
+  bool has_lambda_ = false;
+  std::vector<int64_t> image_id_;
+  std::vector<int32_t> label_;
+};
+
 // Writes under a temporary name and renames. Rows must already be in pair_id order 0..N-1.
 void write_embeddings(const std::string& path, const Embeddings& e);
 // Reads and validates (schema, shapes, pair_id order).

@@ -56,6 +56,25 @@ void write_attr_int(hid_t obj, const std::string& name, int64_t value) {
   H5_CHECK(H5Awrite(attr, H5T_NATIVE_INT64, &value), "attribute " << name);
 }
 
+void write_attr_double(hid_t obj, const std::string& name, double value) {
+  Handle space(H5_CHECK(H5Screate(H5S_SCALAR), name), H5Sclose);
+  Handle attr(
+      H5_CHECK(H5Acreate2(obj, name.c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT),
+               "attribute " << name),
+      H5Aclose);
+  H5_CHECK(H5Awrite(attr, H5T_NATIVE_DOUBLE, &value), "attribute " << name);
+}
+
+double read_attr_double(hid_t obj, const std::string& name, const std::string& context) {
+  FNVLP_CHECK(H5Aexists(obj, name.c_str()) > 0,
+              context << ": attribute '" << name << "' is missing");
+  Handle attr(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT), context << ": attribute " << name),
+              H5Aclose);
+  double v = 0;
+  H5_CHECK(H5Aread(attr, H5T_NATIVE_DOUBLE, &v), context << ": attribute " << name);
+  return v;
+}
+
 void write_attr_string(hid_t obj, const std::string& name, const std::string& value) {
   Handle type(H5_CHECK(H5Tcopy(H5T_C_S1), name), H5Tclose);
   H5_CHECK(H5Tset_size(type, value.empty() ? 1 : value.size()), name);

@@ -78,6 +78,8 @@ bool exists(hid_t loc, const std::string& name);
 
 void write_attr_int(hid_t obj, const std::string& name, int64_t value);
 void write_attr_string(hid_t obj, const std::string& name, const std::string& value);
+void write_attr_double(hid_t obj, const std::string& name, double value);
+double read_attr_double(hid_t obj, const std::string& name, const std::string& context);
 int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& context);
 std::string read_attr_string(hid_t obj, const std::string& name, const std::string& context);
 

@@ -1,0 +1,342 @@
+#pragma once
+// Kokkos kernels of the offline similarity statistics (DESIGN.md §1, §4): per-row exact k-th
+// largest over a stream of similarity tiles, a fine histogram for the m-quantile profile, and
+// counts above per-row thresholds. Every kernel takes its execution space first, is labelled
+// "fnvlp::similarity::...", and only touches views of that space's memory.
+//
+// Exact k-th largest without the N x N matrix (the "threshold reservoir"): each row keeps every
+// value strictly above a running threshold tau in a buffer of capacity C >= 2k, plus the number of
+// values equal to tau (and how many of those share the anchor's label). When the buffer fills, a
+// selection finds its k-th largest v, which becomes the new tau: the values > v stay (fewer than
+// k), the values == v become the tie count, everything below v can never be among the k largest.
+// Memory is O(C) per row whatever N is, and the amortised cost per value is O(1).
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "fnvlp/similarity/spaces.hpp"
+
+namespace fnvlp::similarity {
+
+// Result of a selection: the k-th largest value v of a[0, n) and the layout it leaves behind:
+// a[0, gt) > v, a[gt, ge) == v, a[ge, n) < v.
+struct Selection {
+  float value;
+  int64_t gt;
+  int64_t ge;
+};
+
+// In-place quickselect of the k-th largest (1-based) with a three-way partition, so runs of ties
+// cost one pass. `flag` is permuted alongside `a`. Deterministic (median-of-three pivot).
+KOKKOS_INLINE_FUNCTION Selection select_kth_largest(float* a, uint8_t* flag, int64_t n, int64_t k) {
+  int64_t l = 0, r = n;  // the k-th largest lies in [l, r); [0, l) > it, [r, n) < it
+  while (true) {
+    const float x = a[l], y = a[l + (r - l) / 2], z = a[r - 1];
+    const float p = (x < y) ? ((y < z) ? y : ((x < z) ? z : x)) : ((x < z) ? x : ((y < z) ? z : y));
+    // Dutch-flag partition of [l, r) into > p | == p | < p.
+    int64_t lt = l, i = l, gt = r;
+    while (i < gt) {
+      if (a[i] > p) {
+        const float t = a[i];
+        a[i] = a[lt];
+        a[lt] = t;
+        const uint8_t f = flag[i];
+        flag[i] = flag[lt];
+        flag[lt] = f;
+        ++lt;
+        ++i;
+      } else if (a[i] < p) {
+        --gt;
+        const float t = a[i];
+        a[i] = a[gt];
+        a[gt] = t;
+        const uint8_t f = flag[i];
+        flag[i] = flag[gt];
+        flag[gt] = f;
+      } else {
+        ++i;
+      }
+    }
+    if (k - 1 < lt)
+      r = lt;
+    else if (k - 1 >= gt)
+      l = gt;
+    else
+      return {p, lt, gt};
+  }
+}
+
+// k = ceil(alpha * n), clamped to [1, n] (0 when n == 0): the rank of the exact (1 -
+// alpha)-quantile threshold GloFND tracks (GloFND §3.1: lambda_i is the (1 - alpha)-quantile of
+// anchor i's negative similarities), computed in double.
+KOKKOS_INLINE_FUNCTION int64_t target_rank(double alpha, int64_t n) {
+  if (n <= 0) return 0;
+  const auto k = static_cast<int64_t>(Kokkos::Experimental::ceil(alpha * static_cast<double>(n)));
+  return k < 1 ? 1 : (k > n ? n : k);
+}
+
+// Histogram bin of a similarity over [-1, 1] (values outside go to the edge bins). A monotone
+// function of s alone, so bins do not depend on tiling or rank count.
+KOKKOS_INLINE_FUNCTION int32_t sim_bin(float s, int32_t bins) {
+  const float x = (s + 1.0f) * (0.5f * static_cast<float>(bins));
+  if (!(x > 0.0f)) return 0;
+  if (x >= static_cast<float>(bins)) return bins - 1;
+  return static_cast<int32_t>(x);
+}
+
+// Per-row streaming state for one block of anchors (R rows).
+template <typename Space>
+struct RowState {
+  View1<int64_t, Space> image_id;  // anchor's image_id (its positives are excluded)
+  View1<int32_t, Space> label;     // anchor's label, -1 unknown
+  View1<int64_t, Space> k;         // target rank (k-th largest), 0 when the row has no negatives
+  View1<float, Space> lambda;      // GloFND threshold, NaN when absent
+  View2<int32_t, Space> hist;      // R x bins
+  View2<float, Space> res_val;     // R x C: values > tau
+  View2<uint8_t, Space> res_lab;   // R x C: ... sharing the anchor's label
+  View1<int64_t, Space> res_n;
+  View1<float, Space> tau;
+  View1<int64_t, Space> eq_n, eq_lab;    // values == tau, of which same label
+  View1<int64_t, Space> lam_n, lam_lab;  // values >= lambda, of which same label
+  View1<float, Space> vmin, vmax;
+  // FNC simulation: the anchor's random batch, and its similarities to that batch's negatives,
+  // picked out of the same stream (no second GEMM).
+  View1<int64_t, Space> batch;
+  View2<float, Space> bat_val;    // R x batch_size
+  View2<uint8_t, Space> bat_lab;  // R x batch_size
+  View1<int64_t, Space> bat_n;
+
+  RowState() = default;
+  RowState(int64_t rows, int32_t bins, int64_t capacity, int64_t batch_size)
+      : image_id("fnvlp::similarity::image_id", rows),
+        label("fnvlp::similarity::label", rows),
+        k("fnvlp::similarity::k", rows),
+        lambda("fnvlp::similarity::lambda", rows),
+        hist("fnvlp::similarity::hist", rows, bins),
+        res_val(Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::res_val"), rows,
+                capacity),
+        res_lab(Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::res_lab"), rows,
+                capacity),
+        res_n("fnvlp::similarity::res_n", rows),
+        tau("fnvlp::similarity::tau", rows),
+        eq_n("fnvlp::similarity::eq_n", rows),
+        eq_lab("fnvlp::similarity::eq_lab", rows),
+        lam_n("fnvlp::similarity::lam_n", rows),
+        lam_lab("fnvlp::similarity::lam_lab", rows),
+        vmin("fnvlp::similarity::vmin", rows),
+        vmax("fnvlp::similarity::vmax", rows),
+        batch("fnvlp::similarity::batch", rows),
+        bat_val(Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::bat_val"), rows,
+                batch_size),
+        bat_lab(Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::bat_lab"), rows,
+                batch_size),
+        bat_n("fnvlp::similarity::bat_n", rows) {}
+  int64_t rows() const { return static_cast<int64_t>(res_n.extent(0)); }
+  int32_t bins() const { return static_cast<int32_t>(hist.extent(1)); }
+  int64_t capacity() const { return static_cast<int64_t>(res_val.extent(1)); }
+};
+
+// Clears the streaming part of the state (ids, k and lambda are filled by the caller).
+template <typename Space>
+void reset_rows(const Space& space, const RowState<Space>& st, int64_t rows) {
+  Kokkos::deep_copy(space, st.hist, 0);
+  Kokkos::parallel_for(
+      "fnvlp::similarity::reset_rows", Kokkos::RangePolicy<Space>(space, 0, rows),
+      KOKKOS_LAMBDA(const int64_t i) {
+        st.res_n(i) = 0;
+        st.bat_n(i) = 0;
+        st.tau(i) = -Kokkos::Experimental::infinity<float>::value;
+        st.eq_n(i) = st.eq_lab(i) = st.lam_n(i) = st.lam_lab(i) = 0;
+        st.vmin(i) = Kokkos::Experimental::infinity<float>::value;
+        st.vmax(i) = -Kokkos::Experimental::infinity<float>::value;
+      });
+}
+
+// Folds one tile of similarities S (rows x T, row i = anchor i against candidates c0..c0+T) into
+// the row state: histogram, min/max, counts >= lambda, and the threshold reservoir.
+template <typename Space, typename SimView, typename IdView, typename LabelView>
+void accumulate_tile(const Space& space, const SimView& sims, const IdView& col_image_id,
+                     const LabelView& col_label, const IdView& col_batch, const RowState<Space>& st,
+                     int64_t rows) {
+  static_assert(Kokkos::SpaceAccessibility<Space, typename SimView::memory_space>::accessible,
+                "similarity tile must be accessible from the execution space");
+  static_assert(Kokkos::SpaceAccessibility<Space, typename IdView::memory_space>::accessible,
+                "column ids must be accessible from the execution space");
+  const int64_t cols = static_cast<int64_t>(sims.extent(1));
+  const int32_t bins = st.bins();
+  const int64_t cap = st.capacity();
+  Kokkos::parallel_for(
+      "fnvlp::similarity::accumulate_tile", Kokkos::RangePolicy<Space>(space, 0, rows),
+      KOKKOS_LAMBDA(const int64_t i) {
+        const int64_t k = st.k(i);
+        if (k == 0) return;  // no negatives at all: nothing to select
+        const int64_t self = st.image_id(i);
+        const int32_t lab = st.label(i);
+        const float lam = st.lambda(i);
+        const bool has_lam = lam == lam;
+        const int64_t my_batch = st.batch(i);
+        const int64_t batch_cap = static_cast<int64_t>(st.bat_val.extent(1));
+        int64_t nb = st.bat_n(i);
+        float tau = st.tau(i), lo = st.vmin(i), hi = st.vmax(i);
+        int64_t n = st.res_n(i), eq_n = st.eq_n(i), eq_lab = st.eq_lab(i);
+        int64_t lam_n = st.lam_n(i), lam_lab = st.lam_lab(i);
+        float* vals = &st.res_val(i, 0);
+        uint8_t* flags = &st.res_lab(i, 0);
+        int32_t* hist = &st.hist(i, 0);
+        for (int64_t j = 0; j < cols; ++j) {
+          if (col_image_id(j) == self) continue;  // a known positive, not a negative
+          const float s = sims(i, j);
+          const uint8_t same = (lab >= 0 && col_label(j) == lab) ? 1 : 0;
+          ++hist[sim_bin(s, bins)];
+          lo = s < lo ? s : lo;
+          hi = s > hi ? s : hi;
+          if (col_batch(j) == my_batch && nb < batch_cap) {
+            st.bat_val(i, nb) = s;
+            st.bat_lab(i, nb) = same;
+            ++nb;
+          }
+          if (has_lam && s >= lam) {
+            ++lam_n;
+            lam_lab += same;
+          }
+          if (s > tau) {
+            vals[n] = s;
+            flags[n] = same;
+            if (++n == cap) {
+              // Buffer full (cap >= 2k > k): raise tau to its k-th largest value.
+              const Selection sel = select_kth_largest(vals, flags, n, k);
+              tau = sel.value;
+              eq_n = sel.ge - sel.gt;
+              eq_lab = 0;
+              for (int64_t t = sel.gt; t < sel.ge; ++t) eq_lab += flags[t];
+              n = sel.gt;
+            }
+          } else if (s == tau) {
+            ++eq_n;
+            eq_lab += same;
+          }
+        }
+        st.tau(i) = tau;
+        st.vmin(i) = lo;
+        st.vmax(i) = hi;
+        st.res_n(i) = n;
+        st.bat_n(i) = nb;
+        st.eq_n(i) = eq_n;
+        st.eq_lab(i) = eq_lab;
+        st.lam_n(i) = lam_n;
+        st.lam_lab(i) = lam_lab;
+      });
+}
+
+// Per-row results of a finished block.
+template <typename Space>
+struct RowResult {
+  View1<float, Space> threshold;           // exact k-th largest (NaN without negatives)
+  View1<int64_t, Space> count, count_lab;  // values >= threshold, of which same label
+  View2<float, Space> quantiles;           // R x m
+
+  RowResult() = default;
+  RowResult(int64_t rows, int64_t m)
+      : threshold("fnvlp::similarity::threshold", rows),
+        count("fnvlp::similarity::count", rows),
+        count_lab("fnvlp::similarity::count_lab", rows),
+        quantiles("fnvlp::similarity::quantiles", rows, m) {}
+};
+
+// Ascending 1-based rank of quantile j of m over n values: 1 + floor(j (n - 1) / (m - 1)), so
+// j = 0 is the minimum and j = m - 1 the maximum (exact order statistics, no interpolation).
+KOKKOS_INLINE_FUNCTION int64_t quantile_rank(int64_t j, int64_t m, int64_t n) {
+  return m > 1 ? 1 + (j * (n - 1)) / (m - 1) : n;
+}
+
+// Exact thresholds and counts from the reservoir; quantiles from the histogram (each estimate
+// lies in the bin of the true order statistic, so |error| < 2 / bins; the minimum and maximum are
+// exact). `n_neg` is the row's negative count (the sum of its histogram).
+template <typename Space>
+void finalize_rows(const Space& space, const RowState<Space>& st, const RowResult<Space>& out,
+                   int64_t rows) {
+  const int32_t bins = st.bins();
+  const int64_t m = static_cast<int64_t>(out.quantiles.extent(1));
+  Kokkos::parallel_for(
+      "fnvlp::similarity::finalize_rows", Kokkos::RangePolicy<Space>(space, 0, rows),
+      KOKKOS_LAMBDA(const int64_t i) {
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        const int64_t k = st.k(i);
+        if (k == 0) {
+          out.threshold(i) = nan;
+          out.count(i) = out.count_lab(i) = 0;
+          for (int64_t j = 0; j < m; ++j) out.quantiles(i, j) = nan;
+          return;
+        }
+        float* vals = &st.res_val(i, 0);
+        uint8_t* flags = &st.res_lab(i, 0);
+        const int64_t n = st.res_n(i);
+        if (n >= k) {
+          const Selection sel = select_kth_largest(vals, flags, n, k);
+          out.threshold(i) = sel.value;
+          out.count(i) = sel.ge;
+          int64_t same = 0;
+          for (int64_t t = 0; t < sel.ge; ++t) same += flags[t];
+          out.count_lab(i) = same;
+        } else {
+          // Fewer than k values above tau: the k-th largest is one of the ties at tau.
+          out.threshold(i) = st.tau(i);
+          out.count(i) = n + st.eq_n(i);
+          int64_t same = st.eq_lab(i);
+          for (int64_t t = 0; t < n; ++t) same += flags[t];
+          out.count_lab(i) = same;
+        }
+        // Quantile profile: walk the histogram upwards once for all m ascending ranks.
+        int64_t total = 0;
+        for (int32_t b = 0; b < bins; ++b) total += st.hist(i, b);
+        const float width = 2.0f / static_cast<float>(bins);
+        const float lo = st.vmin(i), hi = st.vmax(i);
+        int64_t below = 0;
+        int32_t b = 0;
+        for (int64_t j = 0; j < m; ++j) {
+          const int64_t a = quantile_rank(j, m, total);
+          while (below + st.hist(i, b) < a) below += st.hist(i, b++);
+          // Midpoint rule inside the bin: the (a - below)-th of hist values spread evenly.
+          const float frac =
+              (static_cast<float>(a - below) - 0.5f) / static_cast<float>(st.hist(i, b));
+          float q = -1.0f + width * (static_cast<float>(b) + frac);
+          q = q < lo ? lo : (q > hi ? hi : q);
+          if (a == 1) q = lo;
+          if (a == total) q = hi;
+          out.quantiles(i, j) = q;
+        }
+      });
+}
+
+// FNC-style in-batch detection (FNC, Huynh et al. 2022, the batch-wise baseline of GloFND §4): each
+// anchor's top ceil(alpha * nb) negatives of its batch (nb = negatives in the batch) are flagged,
+// i.e. every value >= the kb-th largest. Writes the batch threshold (NaN without batch negatives)
+// and counts(i, :) = {flagged, flagged with the anchor's label, same-label negatives in the batch}.
+template <typename Space>
+void batch_topk(const Space& space, const RowState<Space>& st, double alpha,
+                const View1<float, Space>& threshold, const View2<int64_t, Space>& counts,
+                int64_t rows) {
+  Kokkos::parallel_for(
+      "fnvlp::similarity::batch_topk", Kokkos::RangePolicy<Space>(space, 0, rows),
+      KOKKOS_LAMBDA(const int64_t i) {
+        float* vals = &st.bat_val(i, 0);
+        uint8_t* flags = &st.bat_lab(i, 0);
+        const int64_t nb = st.bat_n(i);
+        int64_t n_lab = 0;
+        for (int64_t t = 0; t < nb; ++t) n_lab += flags[t];
+        counts(i, 2) = n_lab;
+        if (nb == 0) {
+          threshold(i) = std::numeric_limits<float>::quiet_NaN();
+          counts(i, 0) = counts(i, 1) = 0;
+          return;
+        }
+        const Selection sel = select_kth_largest(vals, flags, nb, target_rank(alpha, nb));
+        threshold(i) = sel.value;
+        int64_t same = 0;
+        for (int64_t t = 0; t < sel.ge; ++t) same += flags[t];
+        counts(i, 0) = sel.ge;
+        counts(i, 1) = same;
+      });
+}
+
+}  // namespace fnvlp::similarity

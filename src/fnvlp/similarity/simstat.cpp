@@ -1,0 +1,501 @@
+#include "fnvlp/similarity/simstat.hpp"
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <unordered_map>
+
+#include "fnvlp/data/embeddings.hpp"
+#include "fnvlp/data/h5.hpp"
+#include "fnvlp/similarity/kernels.hpp"
+
+namespace fnvlp::similarity {
+
+namespace {
+
+template <typename T>
+HostUnmanaged1<const T> host_view(const std::vector<T>& v, int64_t offset, int64_t n) {
+  return HostUnmanaged1<const T>(v.data() + offset, static_cast<size_t>(n));
+}
+
+// Copies a host range into a view of the execution space (a no-op copy on Serial).
+template <typename T, typename View>
+void upload(const View& dst, const T* src, int64_t n) {
+  auto mirror = Kokkos::create_mirror_view(dst);
+  for (int64_t i = 0; i < n; ++i) mirror(i) = src[i];
+  Kokkos::deep_copy(dst, mirror);
+}
+
+template <typename T, typename View>
+void download_append(std::vector<T>& dst, const View& src, int64_t n) {
+  auto mirror = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), src);
+  for (int64_t i = 0; i < n; ++i) dst.push_back(mirror(i));
+}
+
+void check_params(const Params& p, int64_t dim) {
+  FNVLP_CHECK(p.alpha > 0.0 && p.alpha <= 1.0, "--alpha must be in (0, 1], got " << p.alpha);
+  FNVLP_CHECK(p.quantiles >= 2, "--quantiles must be >= 2, got " << p.quantiles);
+  FNVLP_CHECK(p.bins >= 2, "histogram bins must be >= 2, got " << p.bins);
+  FNVLP_CHECK(p.tile >= 1 && p.row_block >= 1, "tile and row block must be >= 1");
+  FNVLP_CHECK(p.memory_mb >= 1, "memory budget must be >= 1 MiB");
+  FNVLP_CHECK(dim >= 1, "embedding dimension must be >= 1");
+}
+
+// A NaN would silently fall out of every comparison and break the counts: reject it by row.
+void check_finite(const float* v, int64_t rows, int64_t dim, int64_t row0, const char* what) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t k = 0; k < dim; ++k)
+      FNVLP_CHECK(std::isfinite(v[i * dim + k]), what << " embedding of pair " << row0 + i
+                                                      << " has a non-finite value at column " << k);
+}
+
+}  // namespace
+
+void similarity_tile(const float* a, int64_t rows, const float* c, int64_t cols, int64_t dim,
+                     float* out) {
+  // Scratch of the fixed GEMM shape; thread_local so concurrent callers never share it.
+  thread_local std::vector<float> pa, pc, ps;
+  pa.resize(static_cast<size_t>(kGemmRows * dim));
+  pc.resize(static_cast<size_t>(kGemmCols * dim));
+  ps.resize(static_cast<size_t>(kGemmRows * kGemmCols));
+  torch::Tensor s = torch::from_blob(ps.data(), {kGemmRows, kGemmCols});
+  for (int64_t r0 = 0; r0 < rows; r0 += kGemmRows) {
+    const int64_t nr = std::min(kGemmRows, rows - r0);
+    const float* ablk = a + r0 * dim;
+    if (nr < kGemmRows) {
+      std::fill(pa.begin(), pa.end(), 0.0f);
+      std::copy(ablk, ablk + nr * dim, pa.begin());
+      ablk = pa.data();
+    }
+    const torch::Tensor at = torch::from_blob(const_cast<float*>(ablk), {kGemmRows, dim});
+    for (int64_t c0 = 0; c0 < cols; c0 += kGemmCols) {
+      const int64_t nc = std::min(kGemmCols, cols - c0);
+      const float* cblk = c + c0 * dim;
+      if (nc < kGemmCols) {
+        std::fill(pc.begin(), pc.end(), 0.0f);
+        std::copy(cblk, cblk + nc * dim, pc.begin());
+        cblk = pc.data();
+      }
+      torch::mm_out(s, at, torch::from_blob(const_cast<float*>(cblk), {kGemmCols, dim}).t());
+      for (int64_t i = 0; i < nr; ++i)
+        std::copy(ps.data() + i * kGemmCols, ps.data() + i * kGemmCols + nc,
+                  out + (r0 + i) * cols + c0);
+    }
+  }
+}
+
+std::vector<int64_t> fnc_batches(int64_t n, int64_t batch, uint64_t seed) {
+  std::vector<int64_t> out(static_cast<size_t>(n), -1);
+  if (batch <= 0) return out;
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) perm[static_cast<size_t>(i)] = i;
+  // Fisher-Yates with an explicit generator: the same batches on every platform and rank.
+  std::mt19937_64 rng(seed);
+  for (int64_t i = n - 1; i > 0; --i) {
+    const auto j = static_cast<int64_t>(rng() % static_cast<uint64_t>(i + 1));
+    std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(j)]);
+  }
+  for (int64_t p = 0; p < n; ++p)
+    out[static_cast<size_t>(perm[static_cast<size_t>(p)])] = p / batch;
+  return out;
+}
+
+RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t dim,
+                      const CandidateReader& read_candidates, int64_t n_cols,
+                      const std::vector<int64_t>& image_id, const std::vector<int32_t>& label,
+                      const std::vector<int64_t>& batch, const float* lambda, const Params& p) {
+  check_params(p, dim);
+  FNVLP_CHECK(Kokkos::is_initialized(), "anchor_stats needs Kokkos (a KokkosRuntime in main)");
+  FNVLP_CHECK(static_cast<int64_t>(image_id.size()) == n_cols &&
+                  static_cast<int64_t>(label.size()) == n_cols &&
+                  static_cast<int64_t>(batch.size()) == n_cols,
+              "image_id/label/batch must cover all " << n_cols << " candidates");
+  FNVLP_CHECK(row0 >= 0 && rows >= 0 && row0 + rows <= n_cols, "anchor rows outside the pairs");
+  FNVLP_CHECK(n_cols < (int64_t{1} << 31), "histogram counts are int32: at most 2^31 candidates");
+  RowStats out;
+  out.row0 = row0;
+  out.rows = rows;
+  out.m = p.quantiles;
+
+  // Negatives and same-label negatives per anchor, from id and label counts (no pass needed).
+  std::unordered_map<int64_t, int64_t> per_id;
+  std::unordered_map<int32_t, int64_t> per_label;
+  std::map<std::pair<int64_t, int32_t>, int64_t> per_id_label;
+  for (int64_t j = 0; j < n_cols; ++j) {
+    const auto u = static_cast<size_t>(j);
+    ++per_id[image_id[u]];
+    if (label[u] >= 0) {
+      ++per_label[label[u]];
+      ++per_id_label[{image_id[u], label[u]}];
+    }
+  }
+  std::vector<int64_t> k(static_cast<size_t>(rows));
+  int64_t k_max = 1;
+  for (int64_t i = 0; i < rows; ++i) {
+    const auto g = static_cast<size_t>(row0 + i);
+    const int64_t n_neg = n_cols - per_id[image_id[g]];
+    const int64_t n_lab =
+        label[g] >= 0 ? per_label[label[g]] - per_id_label[{image_id[g], label[g]}] : 0;
+    out.n_neg.push_back(n_neg);
+    out.n_label.push_back(n_lab);
+    k[static_cast<size_t>(i)] = target_rank(p.alpha, n_neg);
+    k_max = std::max(k_max, k[static_cast<size_t>(i)]);
+  }
+
+  // Block size from the memory budget: per row the histogram, the reservoir (capacity 2 k_max),
+  // the FNC buffer, its slice of the similarity tile and its embedding.
+  const int64_t capacity = std::max<int64_t>(2 * k_max, 64);
+  const int64_t fnc_cap = std::max<int64_t>(p.fnc_batch, 1);
+  const int64_t tile = std::min(p.tile, std::max<int64_t>(n_cols, 1));
+  const int64_t per_row = 4 * p.bins + 5 * capacity + 5 * fnc_cap + 4 * tile + 4 * dim + 128;
+  const int64_t budget = p.memory_mb * (int64_t{1} << 20) - 4 * tile * dim;
+  const int64_t block = std::clamp<int64_t>(budget / per_row, 1, std::max<int64_t>(p.row_block, 1));
+
+  ExecSpace space;
+  std::vector<float> cand(static_cast<size_t>(tile * dim));
+  std::vector<float> sims(static_cast<size_t>(std::min(block, std::max<int64_t>(rows, 1)) * tile));
+  RowState<ExecSpace> st;
+  RowResult<ExecSpace> res;
+  View1<float, ExecSpace> fnc_thr;
+  View2<int64_t, ExecSpace> fnc_counts;
+  if (!p.gemm_only && rows > 0) {
+    const int64_t r = std::min(block, rows);
+    st = RowState<ExecSpace>(r, p.bins, capacity, fnc_cap);
+    res = RowResult<ExecSpace>(r, p.quantiles);
+    fnc_thr = View1<float, ExecSpace>("fnvlp::similarity::fnc_threshold", r);
+    fnc_counts = View2<int64_t, ExecSpace>("fnvlp::similarity::fnc_counts", r, 3);
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> no_lambda(static_cast<size_t>(std::min(block, rows)), nan);
+
+  check_finite(anchors, rows, dim, row0, "anchor");
+  for (int64_t b0 = 0; b0 < rows; b0 += block) {
+    const int64_t rb = std::min(block, rows - b0);
+    if (!p.gemm_only) {
+      upload<int64_t>(st.image_id, image_id.data() + row0 + b0, rb);
+      upload<int32_t>(st.label, label.data() + row0 + b0, rb);
+      upload<int64_t>(st.k, k.data() + b0, rb);
+      upload<float>(st.lambda, lambda ? lambda + b0 : no_lambda.data(), rb);
+      upload<int64_t>(st.batch, batch.data() + row0 + b0, rb);
+      reset_rows(space, st, rb);
+    }
+    for (int64_t c0 = 0; c0 < n_cols; c0 += tile) {
+      const int64_t tc = std::min(tile, n_cols - c0);
+      read_candidates(c0, tc, cand.data());
+      if (b0 == 0) check_finite(cand.data(), tc, dim, c0, "candidate");
+      similarity_tile(anchors + b0 * dim, rb, cand.data(), tc, dim, sims.data());
+      if (p.gemm_only) continue;
+      const HostUnmanaged2<const float> sv(sims.data(), static_cast<size_t>(rb),
+                                           static_cast<size_t>(tc));
+      accumulate_tile(space, sv, host_view(image_id, c0, tc), host_view(label, c0, tc),
+                      host_view(batch, c0, tc), st, rb);
+    }
+    if (p.gemm_only) continue;
+    finalize_rows(space, st, res, rb);
+    batch_topk(space, st, p.alpha, fnc_thr, fnc_counts, rb);
+    space.fence();
+    download_append(out.threshold, res.threshold, rb);
+    download_append(out.count, res.count, rb);
+    download_append(out.count_label, res.count_lab, rb);
+    download_append(out.fnc_threshold, fnc_thr, rb);
+    auto q = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), res.quantiles);
+    auto fc = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), fnc_counts);
+    auto lam_n = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), st.lam_n);
+    auto lam_lab = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), st.lam_lab);
+    for (int64_t i = 0; i < rb; ++i) {
+      for (int64_t j = 0; j < p.quantiles; ++j) out.quantiles.push_back(q(i, j));
+      out.count_fnc.push_back(fc(i, 0));
+      out.count_fnc_label.push_back(fc(i, 1));
+      out.n_batch_label.push_back(fc(i, 2));
+      out.count_lambda.push_back(lambda ? lam_n(i) : 0);
+      out.count_lambda_label.push_back(lambda ? lam_lab(i) : 0);
+    }
+  }
+  return out;
+}
+
+std::string resolve_lambda_source(const std::string& from) {
+  namespace fs = std::filesystem;
+  if (from.empty()) return {};
+  if (fs::is_regular_file(from)) return from;
+  FNVLP_CHECK(fs::is_directory(from),
+              "--lambda-from " << from << ": no such file or run directory");
+  const fs::path dir = fs::path(from) / "embeddings";
+  FNVLP_CHECK(fs::is_directory(dir),
+              "--lambda-from " << from << ": run directory has no embeddings/");
+  std::string newest;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    // epoch-EEE.h5 is zero-padded, so the lexicographic maximum is the newest epoch.
+    if (name.rfind("epoch-", 0) == 0 && e.path().extension() == ".h5" && e.path().string() > newest)
+      newest = e.path().string();
+  }
+  FNVLP_CHECK(!newest.empty(), "--lambda-from " << from << ": no embeddings/epoch-*.h5 in the run");
+  return newest;
+}
+
+namespace {
+
+struct Modality {
+  const char* name;  // "image": image anchors against all texts
+  bool image;
+};
+constexpr Modality kModalities[] = {{"image", true}, {"text", false}};
+
+nlohmann::json prf(int64_t flagged, int64_t true_fn, int64_t label_negatives) {
+  nlohmann::json j;
+  j["flagged"] = flagged;
+  j["true_fn"] = true_fn;
+  const double pr = flagged > 0 ? double(true_fn) / double(flagged) : 0.0;
+  const double rc = label_negatives > 0 ? double(true_fn) / double(label_negatives) : 0.0;
+  j["precision"] = pr;
+  j["recall"] = rc;
+  j["f1"] = pr + rc > 0 ? 2 * pr * rc / (pr + rc) : 0.0;
+  return j;
+}
+
+// Global summary of one modality: integer sums are exact; means are double sums over ranks.
+nlohmann::json summarise(const Comm& comm, const RowStats& s, const std::vector<int32_t>& label,
+                         bool has_lambda, const std::vector<float>& lambda) {
+  std::vector<int64_t> c(10, 0);
+  std::vector<double> d(6, 0.0);
+  for (int64_t i = 0; i < s.rows; ++i) {
+    const auto u = static_cast<size_t>(i);
+    const bool labelled = label[static_cast<size_t>(s.row0 + i)] >= 0;
+    c[0] += 1;
+    c[1] += s.n_neg[u] > 0;
+    if (labelled) {
+      c[2] += 1;
+      c[3] += s.n_label[u];
+      c[4] += s.count[u];
+      c[5] += s.count_label[u];
+      c[6] += s.count_lambda[u];
+      c[7] += s.count_lambda_label[u];
+      c[8] += s.count_fnc[u];
+      c[9] += s.count_fnc_label[u];
+    }
+    const float t = s.threshold[u];
+    if (std::isfinite(t)) {
+      d[0] += t;
+      d[1] += 1;
+      if (has_lambda && std::isfinite(lambda[u])) {
+        d[2] += std::fabs(double(lambda[u]) - t);
+        d[3] += 1;
+      }
+      if (std::isfinite(s.fnc_threshold[u])) {
+        d[4] += std::fabs(double(s.fnc_threshold[u]) - t);
+        d[5] += 1;
+      }
+    }
+  }
+  comm.allreduce_sum(c);
+  comm.allreduce_sum(d);
+  nlohmann::json j;
+  j["anchors"] = c[0];
+  j["anchors_with_negatives"] = c[1];
+  j["labelled_anchors"] = c[2];
+  j["label_negatives"] = c[3];
+  j["mean_threshold"] = d[1] > 0 ? d[0] / d[1] : 0.0;
+  j["exact"] = prf(c[4], c[5], c[3]);
+  if (has_lambda) {
+    j["glofnd"] = prf(c[6], c[7], c[3]);
+    j["glofnd"]["mean_abs_error"] = d[3] > 0 ? d[2] / d[3] : 0.0;
+  }
+  j["fnc"] = prf(c[8], c[9], c[3]);
+  j["fnc"]["mean_abs_error"] = d[5] > 0 ? d[4] / d[5] : 0.0;
+  return j;
+}
+
+void create_stats_file(const std::string& path, int64_t n, const Params& p, bool has_lambda,
+                       const std::string& lambda_source, const std::string& embeddings) {
+  std::lock_guard<std::mutex> lock(h5::global_mutex());
+  h5::Handle f = h5::create_file(path);
+  const hsize_t hn = static_cast<hsize_t>(n), hm = static_cast<hsize_t>(p.quantiles);
+  const hsize_t rows = std::min<hsize_t>(std::max<hsize_t>(hn, 1), 4096);
+  const hsize_t qrows = std::max<hsize_t>(1, std::min<hsize_t>(rows, (1u << 20) / (4 * hm)));
+  auto make = [&](const std::string& name, hid_t type, bool matrix) {
+    h5::DatasetSpec spec;
+    spec.dims = matrix ? std::vector<hsize_t>{hn, hm} : std::vector<hsize_t>{hn};
+    spec.chunk = matrix ? std::vector<hsize_t>{qrows, hm} : std::vector<hsize_t>{rows};
+    h5::create_dataset(f, name, type, spec, path).close(path + ":/" + name);
+  };
+  make("pair_id", H5T_STD_I64LE, false);
+  for (const auto& m : kModalities) {
+    const std::string s = m.name;
+    make("threshold_" + s, H5T_IEEE_F32LE, false);
+    make("quantiles_" + s, H5T_IEEE_F32LE, true);
+    make("fnc_threshold_" + s, H5T_IEEE_F32LE, false);
+    for (const char* c : {"n_neg_", "n_label_", "count_exact_", "count_exact_label_", "count_fnc_",
+                          "count_fnc_label_", "n_batch_label_"})
+      make(c + s, H5T_STD_I64LE, false);
+    if (has_lambda) {
+      make("count_lambda_" + s, H5T_STD_I64LE, false);
+      make("count_lambda_label_" + s, H5T_STD_I64LE, false);
+    }
+  }
+  h5::write_attr_int(f, "fnvlp_schema", 1);
+  h5::write_attr_int(f, "n", n);
+  h5::write_attr_int(f, "quantiles", p.quantiles);
+  h5::write_attr_int(f, "bins", p.bins);
+  h5::write_attr_double(f, "alpha", p.alpha);
+  h5::write_attr_double(f, "quantile_error_bound", 2.0 / p.bins);
+  h5::write_attr_int(f, "fnc_batch", p.fnc_batch);
+  h5::write_attr_int(f, "fnc_seed", static_cast<int64_t>(p.fnc_seed));
+  h5::write_attr_string(f, "embeddings", embeddings);
+  h5::write_attr_string(f, "lambda_source", lambda_source);
+  h5::write_attr_string(f, "threshold_convention",
+                        "k-th largest similarity over the anchor's negatives (pairs with another "
+                        "image_id), k = clamp(ceil(alpha * n_neg), 1, n_neg); NaN if n_neg = 0");
+  h5::write_attr_string(f, "quantile_convention",
+                        "quantiles[:, j] = value of ascending rank 1 + floor(j * (n_neg - 1) / "
+                        "(m - 1)), j = 0..m-1; j = 0 and m-1 exact, others from a histogram of "
+                        "`bins` bins over [-1, 1], |error| < quantile_error_bound");
+  h5::write_attr_string(f, "count_convention",
+                        "count_X = negatives with similarity >= threshold X; *_label_ = of those, "
+                        "sharing the anchor's label (anchors with label -1 count 0)");
+  f.close(path);
+}
+
+void write_rows_of(const std::string& path, const RowStats& st, const char* modality, bool first,
+                   bool has_lambda) {
+  std::lock_guard<std::mutex> lock(h5::global_mutex());
+  h5::Handle f = h5::open_file(path, true);
+  const auto row = static_cast<hsize_t>(st.row0), n = static_cast<hsize_t>(st.rows);
+  auto put = [&](const std::string& name, hid_t type, const void* data) {
+    h5::Handle ds = h5::open_dataset(f, name, path);
+    if (n > 0) h5::write_rows(ds, type, data, row, n, false, path + ":/" + name);
+    ds.close(path + ":/" + name);
+  };
+  const std::string s = modality;
+  if (first) {
+    std::vector<int64_t> ids(static_cast<size_t>(st.rows));
+    for (int64_t i = 0; i < st.rows; ++i) ids[static_cast<size_t>(i)] = st.row0 + i;
+    put("pair_id", H5T_NATIVE_INT64, ids.data());
+  }
+  put("threshold_" + s, H5T_NATIVE_FLOAT, st.threshold.data());
+  put("quantiles_" + s, H5T_NATIVE_FLOAT, st.quantiles.data());
+  put("fnc_threshold_" + s, H5T_NATIVE_FLOAT, st.fnc_threshold.data());
+  put("n_neg_" + s, H5T_NATIVE_INT64, st.n_neg.data());
+  put("n_label_" + s, H5T_NATIVE_INT64, st.n_label.data());
+  put("count_exact_" + s, H5T_NATIVE_INT64, st.count.data());
+  put("count_exact_label_" + s, H5T_NATIVE_INT64, st.count_label.data());
+  put("count_fnc_" + s, H5T_NATIVE_INT64, st.count_fnc.data());
+  put("count_fnc_label_" + s, H5T_NATIVE_INT64, st.count_fnc_label.data());
+  put("n_batch_label_" + s, H5T_NATIVE_INT64, st.n_batch_label.data());
+  if (has_lambda) {
+    put("count_lambda_" + s, H5T_NATIVE_INT64, st.count_lambda.data());
+    put("count_lambda_label_" + s, H5T_NATIVE_INT64, st.count_lambda_label.data());
+  }
+  f.close(path);
+}
+
+}  // namespace
+
+nlohmann::json run_simstat(const Comm& comm, const JobOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  FNVLP_CHECK(!opt.embeddings.empty() && !opt.out.empty(), "--embeddings and --out are required");
+  torch::set_num_threads(std::max(1, opt.threads));
+  std::unique_ptr<data::EmbeddingsFile> file, lam_file;
+  std::string lambda_source;
+  comm.collective([&] {
+    file = std::make_unique<data::EmbeddingsFile>(opt.embeddings);
+    FNVLP_CHECK(file->size() > 0, opt.embeddings << ": no pairs");
+    check_params(opt.params, file->dim());
+    lambda_source = resolve_lambda_source(opt.lambda_from);
+    if (!lambda_source.empty()) {
+      lam_file = std::make_unique<data::EmbeddingsFile>(lambda_source);
+      FNVLP_CHECK(lam_file->has_lambda(),
+                  lambda_source << ": no glofnd_lambda_image/glofnd_lambda_text (did GloFND run?)");
+      FNVLP_CHECK(lam_file->size() == file->size(), lambda_source << ": " << lam_file->size()
+                                                                  << " pairs, " << opt.embeddings
+                                                                  << " has " << file->size());
+    } else if (file->has_lambda()) {
+      lambda_source = opt.embeddings;
+    }
+  });
+  const data::EmbeddingsFile* lam =
+      lam_file ? lam_file.get() : (file->has_lambda() ? file.get() : nullptr);
+  const int64_t n = file->size(), dim = file->dim();
+  const int64_t lo = n * comm.rank() / comm.size(), hi = n * (comm.rank() + 1) / comm.size();
+  const auto batches = fnc_batches(n, opt.params.fnc_batch, opt.params.fnc_seed);
+  if (comm.is_root())
+    spdlog::info("fnvlp-simstat: {} pairs, dim {}, alpha {}, {} quantiles, {} ranks, lambda {}", n,
+                 dim, opt.params.alpha, opt.params.quantiles, comm.size(),
+                 lambda_source.empty() ? "none" : lambda_source);
+
+  nlohmann::json summary;
+  std::vector<RowStats> stats;
+  std::vector<std::vector<float>> lambdas;
+  for (const auto& m : kModalities) {
+    RowStats s;
+    std::vector<float> lambda;
+    comm.collective([&] {
+      std::vector<float> anchors(static_cast<size_t>((hi - lo) * dim));
+      file->read_emb(m.image, lo, hi - lo, anchors.data());
+      if (lam) {
+        lambda.resize(static_cast<size_t>(hi - lo));
+        lam->read_lambda(m.image, lo, hi - lo, lambda.data());
+      }
+      const CandidateReader reader = [&](int64_t c0, int64_t cn, float* out) {
+        file->read_emb(!m.image, c0, cn, out);
+      };
+      try {
+        s = anchor_stats(anchors.data(), lo, hi - lo, dim, reader, n, file->image_id(),
+                         file->label(), batches, lam ? lambda.data() : nullptr, opt.params);
+      } catch (const Error& e) {
+        FNVLP_FAIL(opt.embeddings << " (" << m.name << " anchors): " << e.message());
+      }
+    });
+    summary[m.name] = summarise(comm, s, file->label(), lam != nullptr, lambda);
+    stats.push_back(std::move(s));
+    lambdas.push_back(std::move(lambda));
+  }
+  // STATS.h5: rank 0 creates every dataset, then each rank writes its rows in turn.
+  comm.collective([&] {
+    if (comm.is_root())
+      create_stats_file(opt.out + ".tmp", n, opt.params, lam != nullptr, lambda_source,
+                        opt.embeddings);
+  });
+  for (int r = 0; r < comm.size(); ++r) {
+    comm.collective([&] {
+      if (comm.rank() != r) return;
+      for (size_t i = 0; i < stats.size(); ++i)
+        write_rows_of(opt.out + ".tmp", stats[i], kModalities[i].name, i == 0, lam != nullptr);
+    });
+  }
+  comm.collective([&] {
+    if (comm.is_root())
+      FNVLP_CHECK(std::rename((opt.out + ".tmp").c_str(), opt.out.c_str()) == 0,
+                  "cannot rename " << opt.out << ".tmp to " << opt.out);
+  });
+  summary["n"] = n;
+  summary["dim"] = dim;
+  summary["alpha"] = opt.params.alpha;
+  summary["quantiles"] = opt.params.quantiles;
+  summary["bins"] = opt.params.bins;
+  summary["quantile_error_bound"] = 2.0 / opt.params.bins;
+  summary["fnc_batch"] = opt.params.fnc_batch;
+  summary["ranks"] = comm.size();
+  summary["embeddings"] = opt.embeddings;
+  summary["lambda_source"] = lambda_source;
+  summary["epoch"] = file->epoch();
+  summary["step"] = file->step();
+  summary["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  comm.collective([&] {
+    if (comm.is_root() && !opt.json.empty()) {
+      std::ofstream os(opt.json);
+      os << summary.dump(2) << "\n";
+      FNVLP_CHECK(os.good(), "cannot write " << opt.json);
+    }
+  });
+  return summary;
+}
+
+}  // namespace fnvlp::similarity

@@ -1,0 +1,89 @@
+#pragma once
+// fnvlp-simstat: offline false-negative statistics over an embeddings file (DESIGN.md §2):
+// per anchor (image against all texts, text against all images; a pair sharing the anchor's
+// image_id is a positive, never a negative):
+//   threshold  the exact k-th largest negative similarity, k = ceil(alpha * n_neg) clamped to
+//              [1, n_neg] (the exact (1 - alpha)-quantile GloFND's lambda approximates); NaN
+//              when the anchor has no negatives;
+//   quantiles  m evenly spaced order statistics: column j (0..m-1) is the value of ascending rank
+//              1 + floor(j (n_neg - 1) / (m - 1)) (j = 0 the minimum, j = m - 1 the maximum,
+//              both exact); the others come from a histogram of `bins` bins over [-1, 1] and lie
+//              within 2 / bins of the exact order statistic;
+//   counts     negatives with similarity >= threshold / >= GloFND's lambda / >= the FNC batch
+//              threshold, and how many of each share the anchor's label (label >= 0), plus the
+//              anchor's same-label negatives overall and within its batch.
+// FNC is simulated on random batches: a permutation of 0..N-1 (seeded) cut into consecutive
+// batches of `fnc_batch`; each anchor flags its batch's top ceil(alpha * nb) negatives.
+//
+// Rows are split into one block per rank; every rank streams all candidate rows from the HDF5
+// file in tiles through a GEMM and keeps per-row selection state (kernels.hpp), never N x N.
+// Results do not depend on the rank count or the tile size.
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "fnvlp/comm/comm.hpp"
+
+namespace fnvlp::similarity {
+
+struct Params {
+  double alpha = 0.01;
+  int64_t quantiles = 100;   // m >= 2
+  int32_t bins = 4096;       // histogram bins over [-1, 1]
+  int64_t tile = 4096;       // candidate columns per GEMM
+  int64_t row_block = 4096;  // most anchors per block (the memory budget may lower it)
+  int64_t memory_mb = 1024;  // budget for one block's selection state and GEMM tile
+  int64_t fnc_batch = 256;   // FNC simulation batch size (0: skip the simulation)
+  uint64_t fnc_seed = 0;
+  bool gemm_only = false;  // benchmarks: stream and multiply, skip the statistics
+};
+
+// Per-anchor results for rows [row0, row0 + rows) of one modality.
+struct RowStats {
+  int64_t row0 = 0, rows = 0, m = 0;
+  std::vector<float> threshold, quantiles, fnc_threshold;
+  std::vector<int64_t> n_neg, n_label, count, count_label, count_lambda, count_lambda_label,
+      count_fnc, count_fnc_label, n_batch_label;
+};
+
+// S = A C^T for A (rows x dim) and C (cols x dim), row-major into out (rows x cols). Every BLAS
+// call has the same fixed shape (kGemmRows x kGemmCols, zero-padded at the edges): BLAS libraries
+// pick different kernels (summation orders) by matrix size, so without this the bits of a
+// similarity would depend on the tile size and on the rank count. With it, each value depends on
+// its two embeddings alone, and the exact thresholds are the same on any decomposition.
+inline constexpr int64_t kGemmRows = 256;
+inline constexpr int64_t kGemmCols = 1024;
+void similarity_tile(const float* a, int64_t rows, const float* c, int64_t cols, int64_t dim,
+                     float* out);
+
+// Reads candidate rows [c0, c0 + n) (n * dim floats) into out.
+using CandidateReader = std::function<void(int64_t c0, int64_t n, float* out)>;
+
+// FNC batch of every pair: a seeded permutation cut into batches of `batch` (-1 when batch <= 0).
+std::vector<int64_t> fnc_batches(int64_t n, int64_t batch, uint64_t seed);
+
+// Statistics of anchors rows [row0, row0 + rows) (`anchors` is rows x dim) against all n_cols
+// candidates. image_id, label and batch cover all N pairs; lambda is null or `rows` values.
+// Needs an initialised Kokkos (KokkosRuntime).
+RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t dim,
+                      const CandidateReader& read_candidates, int64_t n_cols,
+                      const std::vector<int64_t>& image_id, const std::vector<int32_t>& label,
+                      const std::vector<int64_t>& batch, const float* lambda, const Params& p);
+
+struct JobOptions {
+  std::string embeddings, out, lambda_from, json;
+  Params params;
+  int threads = 1;  // libtorch intra-op threads per rank
+};
+
+// Resolves --lambda-from: a FILE.h5, or a run directory (its newest embeddings/epoch-*.h5).
+std::string resolve_lambda_source(const std::string& from);
+
+// The whole job on every rank (Kokkos must be initialised: a KokkosRuntime in main): statistics of
+// this rank's block of both modalities, STATS.h5 written rank by rank in pair_id order, the summary
+// (identical on every rank) returned and written to opt.json by rank 0 when given.
+nlohmann::json run_simstat(const Comm& comm, const JobOptions& opt);
+
+}  // namespace fnvlp::similarity

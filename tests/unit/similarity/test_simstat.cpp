@@ -1,0 +1,196 @@
+// Exactness of the similarity kernels against a brute-force full sort (random and adversarial
+// inputs: ties, duplicates, k = 1, k = n_neg, anchors with few or no negatives), and identical
+// results for every tile size and row block.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "fnvlp/similarity/spaces.hpp"
+#include "simstat_reference.hpp"
+
+namespace fnvlp {
+namespace {
+
+// Kokkos lives for the whole test binary (initialised after MPI in mpi_main, finalised in
+// RUN_ALL_TESTS' teardown, before MPI_Finalize).
+class KokkosEnv : public ::testing::Environment {
+ public:
+  void SetUp() override { rt_ = std::make_unique<similarity::KokkosRuntime>(); }
+  void TearDown() override { rt_.reset(); }
+
+ private:
+  std::unique_ptr<similarity::KokkosRuntime> rt_;
+};
+[[maybe_unused]] auto* const kokkos_env = ::testing::AddGlobalTestEnvironment(new KokkosEnv);
+
+struct Case {
+  data::Embeddings e;
+  std::vector<int64_t> batch;
+};
+
+similarity::RowStats run(const Case& c, const similarity::Params& p, bool with_lambda,
+                         int64_t row0 = 0, int64_t rows = -1) {
+  const int64_t n = c.e.size(), d = c.e.dim;
+  if (rows < 0) rows = n;
+  const similarity::CandidateReader reader = [&](int64_t c0, int64_t cn, float* out) {
+    std::memcpy(out, c.e.text_emb.data() + c0 * d, sizeof(float) * cn * d);
+  };
+  return similarity::anchor_stats(c.e.image_emb.data() + row0 * d, row0, rows, d, reader, n,
+                                  c.e.image_id, c.e.label, c.batch,
+                                  with_lambda ? c.e.glofnd_lambda_image.data() + row0 : nullptr, p);
+}
+
+void expect_matches_reference(const Case& c, const similarity::Params& p) {
+  const int64_t n = c.e.size();
+  const auto got = run(c, p, true);
+  const auto ref = test::brute_force(c.e.image_emb, c.e.text_emb, n, c.e.dim, c.e.image_id,
+                                     c.e.label, c.e.glofnd_lambda_image, c.batch, p.alpha);
+  const float bound = 2.0f / static_cast<float>(p.bins);
+  int64_t k_one = 0, k_all = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto u = static_cast<size_t>(i);
+    SCOPED_TRACE("row " + std::to_string(i));
+    ASSERT_EQ(got.n_neg[u], ref.n_neg[u]);
+    EXPECT_EQ(got.n_label[u], ref.n_label[u]);
+    EXPECT_TRUE(test::same_float(got.threshold[u], ref.threshold[u]))
+        << got.threshold[u] << " vs " << ref.threshold[u];
+    EXPECT_EQ(got.count[u], ref.count[u]);
+    EXPECT_EQ(got.count_label[u], ref.count_label[u]);
+    EXPECT_EQ(got.count_lambda[u], ref.count_lambda[u]);
+    EXPECT_EQ(got.count_lambda_label[u], ref.count_lambda_label[u]);
+    EXPECT_TRUE(test::same_float(got.fnc_threshold[u], ref.fnc_threshold[u]));
+    EXPECT_EQ(got.count_fnc[u], ref.count_fnc[u]);
+    EXPECT_EQ(got.count_fnc_label[u], ref.count_fnc_label[u]);
+    EXPECT_EQ(got.n_batch_label[u], ref.n_batch_label[u]);
+    const auto& sorted = ref.sorted_neg[u];
+    const int64_t nn = static_cast<int64_t>(sorted.size());
+    const int64_t k = similarity::target_rank(p.alpha, nn);
+    k_one += k == 1;
+    k_all += nn > 0 && k == nn;
+    for (int64_t j = 0; j < p.quantiles; ++j) {
+      const float q = got.quantiles[u * p.quantiles + j];
+      if (nn == 0) {
+        EXPECT_TRUE(std::isnan(q));
+        continue;
+      }
+      const float exact =
+          sorted[static_cast<size_t>(similarity::quantile_rank(j, p.quantiles, nn) - 1)];
+      if (j == 0 || j == p.quantiles - 1)
+        EXPECT_TRUE(test::same_float(q, exact)) << "extreme quantile " << j;
+      else
+        EXPECT_LE(std::fabs(q - exact), bound) << "quantile " << j;
+    }
+  }
+  // The cases must really cover the edges they claim to.
+  if (p.alpha <= 1e-6) EXPECT_GT(k_one, 0);
+  if (p.alpha >= 1.0) EXPECT_GT(k_all, 0);
+}
+
+Case make_case(int64_t n, int64_t d, uint64_t seed, bool adversarial, int64_t batch) {
+  Case c;
+  c.e = test::make_embeddings(n, d, seed, adversarial);
+  c.batch = similarity::fnc_batches(n, batch, seed + 1);
+  return c;
+}
+
+similarity::Params params(double alpha, int64_t tile, int64_t row_block) {
+  similarity::Params p;
+  p.alpha = alpha;
+  p.quantiles = 9;
+  p.bins = 128;
+  p.tile = tile;
+  p.row_block = row_block;
+  p.fnc_batch = 24;
+  return p;
+}
+
+TEST(Simstat, RandomMatchesBruteForce) {
+  const auto c = make_case(400, 32, 1, false, 24);
+  for (double alpha : {0.01, 0.05, 0.3}) expect_matches_reference(c, params(alpha, 64, 37));
+}
+
+TEST(Simstat, AdversarialTiesDuplicatesFewNegatives) {
+  const auto c = make_case(300, 8, 2, true, 24);
+  for (double alpha : {1e-9, 0.01, 0.2, 0.5, 1.0})
+    expect_matches_reference(c, params(alpha, 19, 50));
+}
+
+TEST(Simstat, KEqualsOneAndKEqualsAll) {
+  const auto c = make_case(200, 16, 3, false, 24);
+  expect_matches_reference(c, params(1e-9, 50, 200));
+  expect_matches_reference(c, params(1.0, 50, 200));
+}
+
+TEST(Simstat, AnchorsWithoutNegatives) {
+  // Every pair shares one image: no anchor has a negative.
+  auto c = make_case(12, 4, 4, false, 5);
+  std::fill(c.e.image_id.begin(), c.e.image_id.end(), 7);
+  const auto got = run(c, params(0.1, 5, 5), true);
+  for (size_t i = 0; i < 12; ++i) {
+    EXPECT_EQ(got.n_neg[i], 0);
+    EXPECT_TRUE(std::isnan(got.threshold[i]));
+    EXPECT_EQ(got.count[i], 0);
+    EXPECT_EQ(got.count_fnc[i], 0);
+  }
+}
+
+TEST(Simstat, SameBitsForAnyTileAndRowBlock) {
+  for (bool adversarial : {false, true}) {
+    const auto c = make_case(257, 24, 5, adversarial, 16);
+    const auto base = run(c, params(0.02, 257, 257), true);
+    for (auto [tile, block] : {std::pair<int64_t, int64_t>{1, 300}, {7, 300}, {64, 16}, {4096, 3}}) {
+      SCOPED_TRACE("tile " + std::to_string(tile) + " block " + std::to_string(block));
+      const auto got = run(c, params(0.02, tile, block), true);
+      EXPECT_EQ(std::memcmp(got.threshold.data(), base.threshold.data(), 4 * 257), 0);
+      EXPECT_EQ(std::memcmp(got.quantiles.data(), base.quantiles.data(), 4 * 257 * 9), 0);
+      EXPECT_EQ(std::memcmp(got.fnc_threshold.data(), base.fnc_threshold.data(), 4 * 257), 0);
+      EXPECT_EQ(got.count, base.count);
+      EXPECT_EQ(got.count_lambda, base.count_lambda);
+      EXPECT_EQ(got.count_fnc_label, base.count_fnc_label);
+    }
+    // A sub-range of anchors (a rank's block) gives that range of the full result.
+    const auto part = run(c, params(0.02, 64, 10), true, 100, 57);
+    EXPECT_EQ(std::memcmp(part.threshold.data(), base.threshold.data() + 100, 4 * 57), 0);
+    EXPECT_EQ(std::memcmp(part.quantiles.data(), base.quantiles.data() + 900, 4 * 57 * 9), 0);
+  }
+}
+
+TEST(Simstat, SelectKthLargestLayout) {
+  std::vector<float> v = {3, 1, 3, 2, 5, 3, 0, 5};
+  std::vector<uint8_t> f(v.size(), 0);
+  const auto s = similarity::select_kth_largest(v.data(), f.data(), 8, 4);
+  EXPECT_EQ(s.value, 3.0f);
+  EXPECT_EQ(s.gt, 2);
+  EXPECT_EQ(s.ge, 5);
+  for (int64_t i = 0; i < 8; ++i)
+    EXPECT_TRUE(i < s.gt ? v[i] > 3 : (i < s.ge ? v[i] == 3 : v[i] < 3));
+}
+
+TEST(Simstat, FncBatchesArePartitionOfPairs) {
+  const auto b = similarity::fnc_batches(103, 10, 9);
+  std::vector<int> size(11, 0);
+  for (auto x : b) ++size[static_cast<size_t>(x)];
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(size[static_cast<size_t>(i)], 10);
+  EXPECT_EQ(size[10], 3);
+  EXPECT_EQ(b, similarity::fnc_batches(103, 10, 9));
+  EXPECT_NE(b, similarity::fnc_batches(103, 10, 8));
+}
+
+TEST(Simstat, RejectsBadParameters) {
+  const auto c = make_case(10, 4, 6, false, 5);
+  EXPECT_THROW(run(c, params(0.0, 4, 4), false), Error);
+  auto p = params(0.1, 4, 4);
+  p.quantiles = 1;
+  EXPECT_THROW(run(c, p, false), Error);
+  auto bad = c;
+  bad.e.text_emb[4 * 3 + 1] = std::numeric_limits<float>::quiet_NaN();
+  try {
+    run(bad, params(0.1, 4, 4), false);
+    ADD_FAILURE() << "NaN candidate accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pair 3"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace fnvlp
