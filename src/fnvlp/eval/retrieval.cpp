@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <unordered_map>
 
 #include "fnvlp/core/error.hpp"
@@ -15,45 +16,110 @@ nlohmann::json RetrievalMetrics::to_json(const std::string& p) const {
       {p + "txt_r_mean", txt_r_mean()}, {p + "img_r_mean", img_r_mean()}, {p + "r_mean", r_mean()}};
 }
 
+RetrievalMetrics metrics_from_counts(const HitCounts& txt, const HitCounts& img) {
+  FNVLP_CHECK(txt.queries > 0 && img.queries > 0, "retrieval: no queries to score");
+  const double ni = 100.0 / static_cast<double>(txt.queries),
+               nt = 100.0 / static_cast<double>(img.queries);
+  RetrievalMetrics m;
+  m.txt_r1 = txt.r1 * ni, m.txt_r5 = txt.r5 * ni, m.txt_r10 = txt.r10 * ni;
+  m.img_r1 = img.r1 * nt, m.img_r5 = img.r5 * nt, m.img_r10 = img.r10 * nt;
+  return m;
+}
+
+int64_t positive_rank(const float* scores, int64_t n,
+                      const std::function<bool(int64_t)>& positive) {
+  float best = -std::numeric_limits<float>::infinity();
+  bool any = false;
+  for (int64_t j = 0; j < n; ++j)
+    if (positive(j)) best = std::max(best, scores[j]), any = true;
+  FNVLP_CHECK(any, "retrieval: a query has no positive in its gallery of " << n);
+  int64_t rank = 0;
+  for (int64_t j = 0; j < n; ++j)
+    if (!positive(j) && scores[j] >= best) ++rank;
+  return rank;
+}
+
+std::vector<int64_t> top_k(const float* scores, int64_t n, int64_t k) {
+  FNVLP_CHECK(k > 0, "retrieval: top_k needs k > 0, got " << k);
+  k = std::min(k, n);
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  std::iota(idx.begin(), idx.end(), int64_t{0});
+  // Total order (score descending, index ascending): no dependence on the sort's stability.
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t b) {
+    return scores[a] != scores[b] ? scores[a] > scores[b] : a < b;
+  });
+  idx.resize(static_cast<size_t>(k));
+  return idx;
+}
+
+int64_t reranked_rank(const std::vector<int64_t>& candidates, const std::vector<float>& itm_scores,
+                      int64_t gallery_size, const std::function<bool(int64_t)>& positive) {
+  FNVLP_CHECK(candidates.size() == itm_scores.size(),
+              "retrieval: " << itm_scores.size() << " ITM scores for " << candidates.size()
+                            << " candidates");
+  float best = -std::numeric_limits<float>::infinity();
+  bool found = false;
+  int64_t positives = 0;
+  for (int64_t j = 0; j < gallery_size; ++j) positives += positive(j);
+  for (size_t c = 0; c < candidates.size(); ++c)
+    if (positive(candidates[c]))
+      best = found ? std::max(best, itm_scores[c]) : itm_scores[c], found = true;
+  // Every non-candidate sits at -inf, tied with (hence ahead of) an absent positive.
+  if (!found) return gallery_size - positives;
+  int64_t rank = 0;
+  for (size_t c = 0; c < candidates.size(); ++c)
+    if (!positive(candidates[c]) && itm_scores[c] >= best) ++rank;
+  return rank;
+}
+
 RetrievalMetrics retrieval_metrics(const std::vector<float>& sim, int64_t num_images,
                                    const std::vector<int64_t>& text_image) {
   const auto num_texts = static_cast<int64_t>(text_image.size());
   FNVLP_CHECK(
       num_images > 0 && num_texts > 0 && static_cast<int64_t>(sim.size()) == num_images * num_texts,
       "retrieval: similarity matrix is not " << num_images << " x " << num_texts);
-  auto at = [&](int64_t i, int64_t t) { return sim[static_cast<size_t>(i * num_texts + t)]; };
-  RetrievalMetrics m;
+  for (int64_t t = 0; t < num_texts; ++t)
+    FNVLP_CHECK(
+        text_image[static_cast<size_t>(t)] >= 0 && text_image[static_cast<size_t>(t)] < num_images,
+        "retrieval: caption " << t << " has no image");
+  HitCounts txt, img;
   // Text retrieval: rank of the best positive caption = number of negatives scoring >= it.
-  for (int64_t i = 0; i < num_images; ++i) {
-    float best = -std::numeric_limits<float>::infinity();
-    bool any = false;
-    for (int64_t t = 0; t < num_texts; ++t)
-      if (text_image[static_cast<size_t>(t)] == i) best = std::max(best, at(i, t)), any = true;
-    FNVLP_CHECK(any, "retrieval: image " << i << " has no caption");
-    int64_t rank = 0;
-    for (int64_t t = 0; t < num_texts; ++t)
-      if (text_image[static_cast<size_t>(t)] != i && at(i, t) >= best) ++rank;
-    m.txt_r1 += rank < 1;
-    m.txt_r5 += rank < 5;
-    m.txt_r10 += rank < 10;
-  }
-  // Image retrieval: rank of the caption's image among all images.
+  for (int64_t i = 0; i < num_images; ++i)
+    txt.add(positive_rank(&sim[static_cast<size_t>(i * num_texts)], num_texts,
+                          [&](int64_t t) { return text_image[static_cast<size_t>(t)] == i; }));
+  // Image retrieval: rank of the caption's image among all images (one column of sim).
+  std::vector<float> column(static_cast<size_t>(num_images));
   for (int64_t t = 0; t < num_texts; ++t) {
-    const int64_t gt = text_image[static_cast<size_t>(t)];
-    FNVLP_CHECK(gt >= 0 && gt < num_images, "retrieval: caption " << t << " has no image");
-    const float s = at(gt, t);
-    int64_t rank = 0;
     for (int64_t i = 0; i < num_images; ++i)
-      if (i != gt && at(i, t) >= s) ++rank;
-    m.img_r1 += rank < 1;
-    m.img_r5 += rank < 5;
-    m.img_r10 += rank < 10;
+      column[static_cast<size_t>(i)] = sim[static_cast<size_t>(i * num_texts + t)];
+    const int64_t gt = text_image[static_cast<size_t>(t)];
+    img.add(positive_rank(column.data(), num_images, [&](int64_t i) { return i == gt; }));
   }
-  const double ni = 100.0 / static_cast<double>(num_images),
-               nt = 100.0 / static_cast<double>(num_texts);
-  m.txt_r1 *= ni, m.txt_r5 *= ni, m.txt_r10 *= ni;
-  m.img_r1 *= nt, m.img_r5 *= nt, m.img_r10 *= nt;
-  return m;
+  return metrics_from_counts(txt, img);
+}
+
+RetrievalMetrics reranked_metrics(const std::vector<float>& sim, int64_t num_images,
+                                  const std::vector<int64_t>& text_image, int64_t k_test,
+                                  const ItmScorer& i2t, const ItmScorer& t2i) {
+  const auto num_texts = static_cast<int64_t>(text_image.size());
+  FNVLP_CHECK(
+      num_images > 0 && num_texts > 0 && static_cast<int64_t>(sim.size()) == num_images * num_texts,
+      "retrieval: similarity matrix is not " << num_images << " x " << num_texts);
+  HitCounts txt, img;
+  for (int64_t i = 0; i < num_images; ++i) {
+    const auto cand = top_k(&sim[static_cast<size_t>(i * num_texts)], num_texts, k_test);
+    txt.add(reranked_rank(cand, i2t(i, cand), num_texts,
+                          [&](int64_t t) { return text_image[static_cast<size_t>(t)] == i; }));
+  }
+  std::vector<float> column(static_cast<size_t>(num_images));
+  for (int64_t t = 0; t < num_texts; ++t) {
+    for (int64_t i = 0; i < num_images; ++i)
+      column[static_cast<size_t>(i)] = sim[static_cast<size_t>(i * num_texts + t)];
+    const int64_t gt = text_image[static_cast<size_t>(t)];
+    const auto cand = top_k(column.data(), num_images, k_test);
+    img.add(reranked_rank(cand, t2i(t, cand), num_images, [&](int64_t i) { return i == gt; }));
+  }
+  return metrics_from_counts(txt, img);
 }
 
 RetrievalMetrics retrieval_from_embeddings(const std::vector<float>& image_emb,

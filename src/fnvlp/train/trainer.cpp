@@ -29,6 +29,7 @@
 #include "fnvlp/negatives/srcl.hpp"
 #include "fnvlp/train/batch_source.hpp"
 #include "fnvlp/train/grad_sync.hpp"
+#include "fnvlp/train/pretrained.hpp"
 #include "fnvlp/train/run_dir.hpp"
 #include "fnvlp/train/schedule.hpp"
 #include "fnvlp/train/signals.hpp"
@@ -113,6 +114,7 @@ class Trainer {
     set_blas_threads(static_cast<int>(cfg_.train.threads));
     torch::manual_seed(static_cast<uint64_t>(cfg_.train.seed));
     model_ = model::Albef(cfg_.model);
+    if (!opt.init_checkpoint.empty()) load_pretrained_weights(comm_, opt.init_checkpoint, *model_);
     broadcast_module(comm_, *model_);
     std::vector<torch::Tensor> decay, no_decay;
     for (auto& p : model_->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
@@ -233,6 +235,7 @@ class Trainer {
     if (status == RunStatus::kCompleted) {
       if (last_exported_epoch_ < epoch_ && cfg_.train.export_embeddings)
         export_embeddings(dog, metrics);
+      call_epoch_hook(dog, metrics);
       save_checkpoint(dog, loader.state());
     }
     dog.stop();
@@ -558,15 +561,19 @@ class Trainer {
                                              image_tokens.index_select(0, pairs.image_index));
     const torch::Tensor itm = loss::itm_loss(model_->itm_logits(fused), pairs.labels);
 
-    // MLM on a masked copy of the captions, conditioned on the image.
-    auto mlm_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 3);
-    const loss::MlmMasking m =
-        loss::mask_tokens(ids, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size, kMaskId,
-                          {kPadId, kClsId, kSepId}, mlm_gen);
-    const torch::Tensor masked_fused =
-        model_->fuse(model_->encode_text(m.input_ids, mask), mask, image_tokens);
-    const torch::Tensor mlm = loss::mlm_loss(
-        model_->mlm_logits(loss::gather_positions(masked_fused, m.positions)), m.targets);
+    // MLM on a masked copy of the captions, conditioned on the image (skipped at weight 0, as in
+    // retrieval fine-tuning: a third of the step's compute).
+    torch::Tensor mlm = torch::zeros({});
+    if (cfg_.loss.mlm_weight != 0) {
+      auto mlm_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 3);
+      const loss::MlmMasking m =
+          loss::mask_tokens(ids, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size, kMaskId,
+                            {kPadId, kClsId, kSepId}, mlm_gen);
+      const torch::Tensor masked_fused =
+          model_->fuse(model_->encode_text(m.input_ids, mask), mask, image_tokens);
+      mlm = loss::mlm_loss(model_->mlm_logits(loss::gather_positions(masked_fused, m.positions)),
+                           m.targets);
+    }
 
     torch::Tensor total =
         cfg_.loss.itc_weight * itc.loss + cfg_.loss.itm_weight * itm + cfg_.loss.mlm_weight * mlm;
@@ -717,6 +724,19 @@ class Trainer {
       const auto [img, txt] = block_rows(last_embeddings_);
       grouped_->set_embeddings(epoch_ + 1, img, txt);
     }
+    call_epoch_hook(dog, metrics);
+  }
+
+  void call_epoch_hook(Watchdog& dog, MetricsWriter& metrics) {
+    if (!opt_.on_epoch_end) return;
+    auto guard = dog.long_phase("epoch-end hook");
+    json rec = opt_.on_epoch_end(*model_, epoch_, step_);
+    model_->train();
+    if (rec.is_object() && !rec.empty()) {
+      rec["step"] = step_;
+      rec["epoch"] = epoch_;
+      metrics.write(rec);
+    }
   }
 
   // Embeddings of every pair of `ds` (no augmentation): each rank encodes its block, every rank
@@ -813,6 +833,7 @@ class Trainer {
       write_file((fs::path(dir) / rank_file("sampler", comm_.rank())).string(), sampler_text);
       if (!comm_.is_root()) return;
       save_module(dir, "model", *model_);
+      write_model_config(dir, cfg_.model);  // fnvlp-eval / --init read the architecture from here
       save_optimizer(dir, "optimizer", *optimizer_);
       if (falcon_) falcon_->save((fs::path(dir) / "falcon.pt").string());
       write_file((fs::path(dir) / "trainer.json").string(), state.dump(2));

@@ -1,10 +1,16 @@
 #pragma once
 // fnvlp-pretrain's loop: ALBEF-style ITC + ITM + MLM, data parallel over Comm, with the run
 // directory, checkpoints, preemption, watchdog and non-finite guards of DESIGN.md §2-3.
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "fnvlp/comm/comm.hpp"
 #include "fnvlp/train/pretrain_config.hpp"
+
+namespace fnvlp::model {
+class AlbefImpl;
+}
 
 namespace fnvlp::train {
 
@@ -14,6 +20,12 @@ struct PretrainOptions {
   std::string resume;       // "" (fresh), "auto" (newest committed checkpoint, if any), or a dir
   std::string config_yaml;  // the resolved config, written to RUN/config.yaml
   std::string val_dir;      // optional held-out shards: zero-shot ITC retrieval at every export
+  // Fine-tuning: model weights from this committed checkpoint (not its optimizer or step) before
+  // the first step of a fresh run; a resumed run takes everything from its own checkpoint.
+  std::string init_checkpoint;
+  // Called on every rank at each epoch end and once when training completes (collective, under a
+  // watchdog long phase). A non-empty returned object is logged to metrics.jsonl.
+  std::function<nlohmann::json(model::AlbefImpl& model, int64_t epoch, int64_t step)> on_epoch_end;
 };
 
 // Collective. Returns the process exit code: 0 when training finished, kExitRequeue after a

@@ -1,0 +1,40 @@
+// fnvlp-eval: zero-shot image-text retrieval of a checkpoint (ITC, then ITM re-ranking of the top
+// k_test, as ALBEF evaluates) and an optional linear probe; rows split over MPI ranks.
+#include <cxxopts.hpp>
+#include <iostream>
+
+#include "fnvlp/comm/job_main.hpp"
+#include "fnvlp/eval/eval_job.hpp"
+
+int main(int argc, char** argv) {
+  return fnvlp::job_main(argc, argv, "fnvlp-eval", [](fnvlp::Comm& comm, int argc, char** argv) {
+    fnvlp::eval::EvalOptions opt;
+    cxxopts::Options cli("fnvlp-eval", "zero-shot retrieval evaluation (run under srun/mpirun)");
+    // clang-format off
+    cli.add_options()
+      ("checkpoint", "checkpoint directory (RUN/checkpoints/step-N or .../latest)",
+       cxxopts::value(opt.checkpoint))
+      ("data", "sharded dataset to evaluate (fnvlp-shard)", cxxopts::value(opt.data_dir))
+      ("out", "result JSON", cxxopts::value(opt.out))
+      ("k-test", "candidates re-ranked by ITM per query",
+       cxxopts::value(opt.retrieval.k_test)->default_value("128"))
+      ("batch-size", "encoding chunk", cxxopts::value(opt.retrieval.batch_size)->default_value("64"))
+      ("threads", "libtorch threads per rank", cxxopts::value(opt.threads)->default_value("1"))
+      ("probe", "also a linear probe on frozen image features (needs labels)",
+       cxxopts::value(opt.probe))
+      ("probe-train", "probe training shards (default: a split of --data by image)",
+       cxxopts::value(opt.probe_train_dir))
+      ("probe-weight-decay", "L2 penalty of the probe",
+       cxxopts::value(opt.probe_cfg.weight_decay)->default_value("0.001"))
+      ("ranks-out", "write every query's rank to this JSON file", cxxopts::value(opt.ranks_out))
+      ("h,help", "show this help");
+    // clang-format on
+    const auto args = cli.parse(argc, argv);
+    if (args.count("help")) {
+      if (comm.is_root()) std::cout << cli.help() << "\n";
+      return 0;
+    }
+    fnvlp::eval::run_evaluation(comm, opt);
+    return 0;
+  });
+}

@@ -1,0 +1,32 @@
+#pragma once
+// fnvlp-finetune: retrieval fine-tuning (ALBEF's Retrieval task: ITC + ITM, no MLM) through the
+// pretraining trainer, so it has the same run directory, checkpoints, preemption and resume.
+// The model starts from a pretrained checkpoint's weights (--init; its model.yaml decides the
+// architecture), the validation shards are evaluated at every epoch end with ITC + ITM re-ranking
+// (eval.k_test candidates), and the best model by val r_mean is kept (train/best.hpp).
+#include <string>
+
+#include "fnvlp/comm/comm.hpp"
+#include "fnvlp/eval/itm_eval.hpp"
+#include "fnvlp/train/pretrain_config.hpp"
+
+namespace fnvlp::train {
+
+struct FinetuneConfig : PretrainConfig {
+  eval::RetrievalEvalConfig eval;  // per-epoch validation
+  template <class V>
+  void fields(V& v) {
+    PretrainConfig::fields(v);
+    v("eval", eval);
+  }
+};
+
+struct FinetuneOptions {
+  std::string data_dir, val_dir, run_dir, resume;
+  std::string init;  // pretrained checkpoint directory (optional: without it, from scratch)
+};
+
+// Collective. Returns the process exit code as run_pretraining does.
+int run_finetuning(const Comm& comm, FinetuneConfig cfg, const FinetuneOptions& opt);
+
+}  // namespace fnvlp::train

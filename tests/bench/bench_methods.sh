@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Benchmark (issue 4): per-step cost of the false-negative methods, side by side in one run, the
+# contenders alternating over ROUNDS rounds so machine noise hits them alike:
+#   uniform vs GloFND        (goal: GloFND <= 2% overhead)
+#   GRIT (q = 1) vs FALCON   (goal: FALCON <= 15% overhead; the paper reports about 28%)
+# Each run: fnvlp-pretrain, tiny preset, 2 ranks, synthetic data, 2 epochs; the figure is the
+# median samples/s over the logged windows of epoch 1 (the grouped epoch for GRIT/FALCON; the
+# window holding the epoch-end export is excluded by taking the median).
+# Then the GloFND state memory per rank at N = 4,000,000 pairs and 8 ranks (bench_glofnd_memory).
+# Usage: tests/bench/bench_methods.sh [BUILD_DIR] [ROUNDS] [IMAGES]
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+rounds=${2:-3}
+images=${3:-600}
+vocab=${FNVLP_SHARED_DIR:-$root/../shared}/data/vocab/bert-base-uncased-vocab.txt
+py=/usr/bin/python3
+source "$root/env/mpi-env.sh"
+work=$(mktemp -d "${TMPDIR:-/tmp}/fnvlp_bench_methods.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+mpirun=(mpirun --oversubscribe -np 2)
+"${mpirun[@]}" "$build/data_prep/fnvlp-synth" --out "$work/synth" --images "$images" \
+  --captions-per-image 5 --classes 8 --image-size 64 --seed 11 --val-fraction 0 >/dev/null
+"${mpirun[@]}" "$build/data_prep/fnvlp-shard" --input "$work/synth/captions.json" \
+  --image-root "$work/synth" --vocab "$vocab" --out "$work/shards" --image-size 64 \
+  --shard-size 1000 >/dev/null
+common=(--config "$root/jobs/configs/tiny.yaml" --data "$work/shards" --set train.epochs=2
+        --set train.log_every=5 --set checkpoint.every_steps=0 --set sampler.search_space=480)
+declare -A args=(
+  [uniform]=""
+  [glofnd]="--set negatives.method=glofnd"
+  [grit]="--set sampler.kind=grit --set sampler.q=1"
+  [falcon]="--set sampler.kind=falcon")
+order=(uniform glofnd grit falcon)
+for r in $(seq 1 "$rounds"); do
+  for m in "${order[@]}"; do
+    # shellcheck disable=SC2086
+    "${mpirun[@]}" "$build/jobs/fnvlp-pretrain" "${common[@]}" ${args[$m]} \
+      --out "$work/$m-$r" >"$work/$m-$r.log" 2>&1
+    "$py" - "$work/$m-$r" "$m" "$r" <<'PY'
+import json, statistics, sys
+run, m, r = sys.argv[1:]
+w = [json.loads(l) for l in open(run + "/metrics.jsonl")]
+w = [x["samples_per_s"] for x in w if "samples_per_s" in x and x["epoch"] == 1]
+print(f"round {r} {m:8s} epoch-1 samples/s median {statistics.median(w):7.1f} over {len(w)} windows")
+PY
+  done
+  # Alternate the order every round.
+  order=("${order[@]:1}" "${order[0]}")
+done | tee "$work/rounds.txt"
+"$py" - "$work/rounds.txt" <<'PY'
+import collections, statistics, sys
+v = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    p = line.split()
+    v[p[2]].append(float(p[6]))
+med = {m: statistics.median(x) for m, x in v.items()}
+print("median over rounds (samples/s):", {m: round(x, 1) for m, x in med.items()})
+print(f"GloFND step time / uniform: {med['uniform'] / med['glofnd']:.3f}  (goal <= 1.02)")
+print(f"FALCON step time / GRIT:    {med['grit'] / med['falcon']:.3f}  (goal <= 1.15)")
+PY
+cmake --build "$build" --target bench_glofnd_memory >/dev/null
+"$build/tests/bench/bench_glofnd_memory" 4000000 8
+"$build/tests/bench/bench_glofnd_memory" 4000000 1
