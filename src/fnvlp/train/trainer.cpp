@@ -290,6 +290,9 @@ class Trainer {
       sampler_ = std::move(s);
       return;
     }
+    FNVLP_CHECK(cfg_.loss.mlm_weight != 0,
+                "sampler.kind=falcon needs the MLM loss (loss.mlm_weight != 0): its reward is the "
+                "drop of L_MLM over the step (falcon.txt §3.3)");
     negatives::FalconConfig f;
     f.quantiles = sc.falcon_quantiles;
     f.hidden = sc.falcon_hidden;
@@ -564,10 +567,10 @@ class Trainer {
     // MLM on a masked copy of the captions, conditioned on the image (skipped at weight 0, as in
     // retrieval fine-tuning: a third of the step's compute).
     torch::Tensor mlm = torch::zeros({});
+    loss::MlmMasking m;  // kept for FALCON's reward on the same masks
     if (cfg_.loss.mlm_weight != 0) {
       auto mlm_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 3);
-      const loss::MlmMasking m =
-          loss::mask_tokens(ids, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size, kMaskId,
+      m = loss::mask_tokens(ids, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size, kMaskId,
                             {kPadId, kClsId, kSepId}, mlm_gen);
       const torch::Tensor masked_fused =
           model_->fuse(model_->encode_text(m.input_ids, mask), mask, image_tokens);
@@ -610,7 +613,7 @@ class Trainer {
     allreduce_gradients(comm_, params_);
     if (cfg_.optim.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params_, cfg_.optim.grad_clip);
     optimizer_->step();
-    falcon_update(out.mlm, images, m, mask);
+    if (m.positions.defined()) falcon_update(out.mlm, images, m, mask);
     return out;
   }
 
