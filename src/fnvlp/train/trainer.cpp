@@ -834,11 +834,14 @@ class Trainer {
                       negatives::GlofndSide::kCols, dataset_.num_pairs());
       }
       write_file((fs::path(dir) / rank_file("sampler", comm_.rank())).string(), sampler_text);
+      // FALCON's policy and optimizer are the same on every rank (averaged gradients); its reward
+      // baseline is per rank (each rank's Δ is measured on its own batch): one file per rank.
+      if (falcon_) falcon_->save((fs::path(dir) / rank_file("falcon", comm_.rank())).string());
       if (!comm_.is_root()) return;
       save_module(dir, "model", *model_);
       write_model_config(dir, cfg_.model);  // fnvlp-eval / --init read the architecture from here
       save_optimizer(dir, "optimizer", *optimizer_);
-      if (falcon_) falcon_->save((fs::path(dir) / "falcon.pt").string());
+
       write_file((fs::path(dir) / "trainer.json").string(), state.dump(2));
     });
   }
@@ -858,7 +861,13 @@ class Trainer {
     load_module(info->dir, "model", *model_);
     load_optimizer(info->dir, "optimizer", *optimizer_);
     if (glofnd_) load_glofnd(info->dir);
-    if (falcon_) falcon_->load((fs::path(info->dir) / "falcon.pt").string());
+    if (falcon_) {  // another rank count: rank 0's baseline stands in for the new ranks'
+      const auto mine = fs::path(info->dir) / rank_file("falcon", comm_.rank());
+      const auto path = info->world_size == comm_.size() && fs::exists(mine)
+                            ? mine
+                            : fs::path(info->dir) / rank_file("falcon", 0);
+      falcon_->load(path.string());
+    }
     const json state = json::parse(read_file((fs::path(info->dir) / "trainer.json").string()));
     step_ = state.at("step").get<int64_t>();
     epoch_ = state.at("epoch").get<int64_t>();
