@@ -1,13 +1,16 @@
 #!/usr/bin/python3
-"""Regenerates the seed corpora of tests/fuzz/corpus/ from the real data in shared/ (run once;
-the output is committed). Small on purpose: a few KB per target.
-Usage: make_corpus.py SHARED_DIR OUT_CORPUS_DIR [SHARD_DIR]
+"""Regenerates the seed corpora of tests/fuzz/corpus/ from the real data in shared/. Small on
+purpose: a few KB per target. The image corpus (real photos re-encoded) is not committed: the fuzz
+tests make it at test time with --images-only (ctest fixture fuzz.image_corpus).
+Usage: make_corpus.py SHARED_DIR OUT_CORPUS_DIR [SHARD_DIR] [--images-only]
 SHARD_DIR: a tiny dataset made by fnvlp-shard from these images (manifest.json + shard-*.h5)."""
 import io, json, os, shutil, sys
 from PIL import Image
 
-shared, out = sys.argv[1], sys.argv[2]
-shard_dir = sys.argv[3] if len(sys.argv) > 3 else None
+images_only = "--images-only" in sys.argv
+args = [a for a in sys.argv[1:] if a != "--images-only"]
+shared, out = args[0], args[1]
+shard_dir = args[2] if len(args) > 2 else None
 flickr = os.path.join(shared, "data/flickr8k-128")
 records = json.load(open(os.path.join(flickr, "captions.json")))[:12]
 images = sorted({r["image"] for r in records})[:3]
@@ -39,6 +42,9 @@ for i, rel in enumerate(images):
         if i == 0 or kind in ("jpeg", "png"):
             put("image", "%s-%d.%s" % (kind, i, "png" if kind.startswith("png") else "jpg"),
                 b.getvalue())
+
+if images_only:
+    sys.exit(0)
 
 # tokenizer: real captions, plus accents and CJK the uncased BERT path normalises.
 for i, r in enumerate(records[:8]):
