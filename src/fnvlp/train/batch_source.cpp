@@ -47,9 +47,7 @@ bool BatchSource::next(data::Batch& out) {
   return true;
 }
 
-const nlohmann::json& BatchSource::state() const {
-  return prefetch_ ? prefetch_->state() : state_;
-}
+const nlohmann::json& BatchSource::state() const { return prefetch_ ? prefetch_->state() : state_; }
 
 double BatchSource::wait_seconds() const { return prefetch_ ? prefetch_->wait_seconds() : wait_; }
 

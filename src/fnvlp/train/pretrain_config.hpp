@@ -101,8 +101,8 @@ struct NegativesConfig {
 // grouping at a fixed or scheduled hardness quantile q, or FALCON's learned per-anchor q.
 // Epoch 0 is always uniform (the warm start of falcon.txt App. C.2).
 struct SamplerConfig {
-  std::string kind = "uniform";  // uniform | grit | falcon
-  int64_t search_space = 1920;   // |M| (GRIT-VLP 1920; FALCON 2400 / 5664 / 28320)
+  std::string kind = "uniform";    // uniform | grit | falcon
+  int64_t search_space = 1920;     // |M| (GRIT-VLP 1920; FALCON 2400 / 5664 / 28320)
   std::string schedule = "fixed";  // fixed | hardening | softening (grit)
   double q = 1.0;                  // fixed: 1 = GRIT's most similar, 0.5, 0 = least similar
   double q_start = -1;             // schedules; -1: hardening 0 -> 1, softening 1 -> 0

@@ -361,14 +361,14 @@ class Trainer {
     {
       torch::NoGradGuard no_grad;
       // Dropout draws as in the step's forward pass (exact with dropout 0, as the presets have).
-      torch::manual_seed(data::hash_key({static_cast<uint64_t>(cfg_.train.seed),
-                                         static_cast<uint64_t>(step_),
-                                         static_cast<uint64_t>(comm_.rank()), 0}));
+      torch::manual_seed(
+          data::hash_key({static_cast<uint64_t>(cfg_.train.seed), static_cast<uint64_t>(step_),
+                          static_cast<uint64_t>(comm_.rank()), 0}));
       const auto tokens = model_->encode_image(images);
       const auto fused = model_->fuse(model_->encode_text(m.input_ids, mask), mask, tokens);
-      after = loss::mlm_loss(model_->mlm_logits(loss::gather_positions(fused, m.positions)),
-                             m.targets)
-                  .item<double>();
+      after =
+          loss::mlm_loss(model_->mlm_logits(loss::gather_positions(fused, m.positions)), m.targets)
+              .item<double>();
     }
     const double reward = mlm_before - after;
     falcon_->loss_backward(reward, draws_);

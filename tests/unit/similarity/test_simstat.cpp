@@ -138,7 +138,8 @@ TEST(Simstat, SameBitsForAnyTileAndRowBlock) {
   for (bool adversarial : {false, true}) {
     const auto c = make_case(257, 24, 5, adversarial, 16);
     const auto base = run(c, params(0.02, 257, 257), true);
-    for (auto [tile, block] : {std::pair<int64_t, int64_t>{1, 300}, {7, 300}, {64, 16}, {4096, 3}}) {
+    for (auto [tile, block] :
+         {std::pair<int64_t, int64_t>{1, 300}, {7, 300}, {64, 16}, {4096, 3}}) {
       SCOPED_TRACE("tile " + std::to_string(tile) + " block " + std::to_string(block));
       const auto got = run(c, params(0.02, tile, block), true);
       EXPECT_EQ(std::memcmp(got.threshold.data(), base.threshold.data(), 4 * 257), 0);
