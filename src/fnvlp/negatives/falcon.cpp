@@ -7,7 +7,9 @@
 
 #include "fnvlp/core/error.hpp"
 #include "fnvlp/data/sampler.hpp"
+#include "fnvlp/negatives/quantile_pick.hpp"
 #include "fnvlp/negatives/quantile_profile.hpp"
+#include "fnvlp/similarity/row_quantiles.hpp"
 
 namespace fnvlp::negatives {
 
@@ -163,7 +165,19 @@ FalconScheduler::FalconScheduler(const FalconConfig& config)
 }
 
 void FalconScheduler::begin_search_space(const torch::Tensor& S) {
-  begin_search_space_quantiles(quantile_values(S, config_.quantiles));
+  // v through the similarity/ Kokkos kernel (exact per-row order statistics); quantile_values is
+  // its torch reference (tests check they agree bitwise).
+  FNVLP_CHECK(S.dim() == 2 && S.size(0) == S.size(1) && S.size(0) >= 2,
+              "falcon: search-space similarity must be [M, M] with M >= 2, got " << S.sizes());
+  const int64_t M = S.size(0), m = config_.quantiles;
+  std::vector<int64_t> ranks(static_cast<size_t>(m));
+  for (int64_t l = 0; l < m; ++l)
+    ranks[static_cast<size_t>(l)] =
+        quantile_rank(static_cast<double>(l) / static_cast<double>(m - 1), M - 1);
+  const auto Sc = S.to(torch::kCPU, torch::kFloat).contiguous();
+  auto values = torch::empty({M, m}, torch::kFloat);
+  similarity::row_order_statistics(Sc.data_ptr<float>(), M, ranks, values.data_ptr<float>());
+  begin_search_space_quantiles(values);
 }
 
 void FalconScheduler::begin_search_space_quantiles(const torch::Tensor& values) {

@@ -112,7 +112,8 @@ class FalconScheduler : public QSource {
   explicit FalconScheduler(const FalconConfig& config);
 
   // QSource (called by FalconSampler while it composes a batch, trainer thread):
-  // Ŝ from S via quantile_profile (torch).
+  // Ŝ from S: the m quantiles of each row by the similarity/ Kokkos kernel
+  // (row_quantiles.hpp), then quantile_softmax.
   void begin_search_space(const torch::Tensor& S) override;
   // The same from quantile values v [M, m] computed elsewhere (the similarity/ Kokkos kernel).
   void begin_search_space_quantiles(const torch::Tensor& values);

@@ -8,9 +8,9 @@
 // ascending (softmax is monotone): the paper sorts them before the MLP for permutation invariance,
 // which holds here by construction.
 //
-// This is the torch implementation (a full per-row sort, O(M² log M)). The similarity/ Kokkos
-// kernels (per-row m-quantile profile, DESIGN.md §1) compute the same v; a caller that has them
-// passes v to quantile_softmax (or FalconScheduler::begin_search_space_quantiles) instead.
+// quantile_values is the torch reference (a full per-row sort, O(M² log M)). The scheduler
+// computes v with the similarity/ Kokkos kernel (row_quantiles.hpp, the same ranks and values,
+// checked bitwise in tests) and passes it to FalconScheduler::begin_search_space_quantiles.
 #include <torch/torch.h>
 
 #include <cstdint>

@@ -20,6 +20,7 @@
 #include "fnvlp/negatives/quantile_pick.hpp"
 #include "fnvlp/negatives/quantile_profile.hpp"
 #include "fnvlp/negatives/search_space.hpp"
+#include "fnvlp/similarity/row_quantiles.hpp"
 
 namespace {
 
@@ -153,6 +154,34 @@ TEST(QuantileProfile, MatchesBruteForceSort) {
   EXPECT_THROW(quantile_values(torch::zeros({1, 1}), 4), fnvlp::Error);
   EXPECT_THROW(quantile_values(torch::zeros({3, 4}), 4), fnvlp::Error);
   EXPECT_THROW(quantile_values(torch::zeros({3, 3}), 1), fnvlp::Error);
+}
+
+// The Kokkos kernel the scheduler uses gives the torch reference's values exactly (ties, several
+// row blocks), and refuses NaN and out-of-range ranks.
+TEST(QuantileProfile, KokkosKernelMatchesTorchReference) {
+  for (int64_t M : {2, 5, 300}) {
+    auto S = torch::randn({M, M}, make_gen(M + 1));
+    S.select(0, M - 1).fill_(-0.5f);                             // a row of ties
+    if (M > 4) S.select(0, 2).narrow(0, 0, M / 2).fill_(0.75f);  // half a row tied
+    for (int64_t m : {2, 7, 100}) {
+      std::vector<int64_t> ranks(static_cast<size_t>(m));
+      for (int64_t l = 0; l < m; ++l)
+        ranks[static_cast<size_t>(l)] =
+            quantile_rank(static_cast<double>(l) / static_cast<double>(m - 1), M - 1);
+      auto v = torch::empty({M, m});
+      fnvlp::similarity::row_order_statistics(S.data_ptr<float>(), M, ranks, v.data_ptr<float>());
+      EXPECT_TRUE(torch::equal(v, quantile_values(S, m))) << "M " << M << " m " << m;
+    }
+  }
+  std::vector<float> bad = {0.f, 1.f, std::nanf(""), 0.f};
+  std::vector<float> out(2);
+  EXPECT_THROW(fnvlp::similarity::row_order_statistics(bad.data(), 2, {0}, out.data()),
+               fnvlp::Error);
+  bad[2] = 0.5f;
+  EXPECT_THROW(fnvlp::similarity::row_order_statistics(bad.data(), 2, {1}, out.data()),
+               fnvlp::Error);
+  fnvlp::similarity::row_order_statistics(bad.data(), 2, {0}, out.data());
+  EXPECT_EQ(out, (std::vector<float>{1.f, 0.5f}));
 }
 
 // --- search space composition ------------------------------------------------------------------
