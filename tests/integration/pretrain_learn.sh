@@ -5,16 +5,9 @@
 # image retrieval).
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
-work=$(mktemp -d "${TMPDIR:-/tmp}/fnvlp_learn.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-mpirun=(mpirun --oversubscribe -np 2)
-"${mpirun[@]}" "$bin/data_prep/fnvlp-synth" --out "$work/synth" --images 400 --captions-per-image 5 \
-  --classes 8 --image-size 64 --seed 3 --val-fraction 0.1 >/dev/null
-for split in train val; do
-  "${mpirun[@]}" "$bin/data_prep/fnvlp-shard" --input "$work/synth/captions.json" \
-    --image-root "$work/synth" --split-file "$work/synth/splits.json" --split "$split" \
-    --vocab "$vocab" --out "$work/$split" --image-size 64 >/dev/null
-done
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" learn
+synth_data "$work/synth" 400 5 8 3
+for split in train val; do shard_split "$work/synth" "$split" "$work/$split"; done
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" --config "$src/jobs/configs/tiny.yaml" --data "$work/train" \
   --val "$work/val" --out "$work/run" --set train.epochs=5 --set train.log_every=28
 /usr/bin/python3 - "$work/run/metrics.jsonl" <<'PY'

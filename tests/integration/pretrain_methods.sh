@@ -11,18 +11,12 @@
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
 py=/usr/bin/python3
-work=$(mktemp -d "${TMPDIR:-/tmp}/fnvlp_methods.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-mpirun=(mpirun --oversubscribe -np 2)
-"${mpirun[@]}" "$bin/data_prep/fnvlp-synth" --out "$work/synth" --images 120 --captions-per-image 5 \
-  --classes 8 --image-size 64 --seed 5 --val-fraction 0.1 >/dev/null
-"${mpirun[@]}" "$bin/data_prep/fnvlp-shard" --input "$work/synth/captions.json" --image-root "$work/synth" \
-  --split-file "$work/synth/splits.json" --split train --vocab "$vocab" --out "$work/shards" \
-  --image-size 64 --shard-size 300 >/dev/null
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" methods
+synth_data "$work/synth" 120 5 8 5
+shard_split "$work/synth" train "$work/shards" --shard-size 300
 common=(--config "$src/jobs/configs/tiny.yaml" --data "$work/shards" --set train.batch_size=16
         --set train.epochs=2 --set train.log_every=4 --set optim.warmup_steps=4
         --set checkpoint.every_steps=0 --set train.deterministic=true)
-fail() { echo "FAIL: $*"; exit 1; }
 run() { local name=$1; shift; echo "== $name"; "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/$name" "$@"; }
 # check RUN 'python expression over m (list of step records) and s (summary)'
 check() {

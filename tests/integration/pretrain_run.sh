@@ -10,18 +10,12 @@
 #  5. an exception on one rank ends every rank non-zero, promptly (no hang).
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
-work=$(mktemp -d "${TMPDIR:-/tmp}/fnvlp_pretrain.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-mpirun=(mpirun --oversubscribe -np 2)
-"${mpirun[@]}" "$bin/data_prep/fnvlp-synth" --out "$work/synth" --images 240 --captions-per-image 5 \
-  --classes 8 --image-size 64 --seed 3 --val-fraction 0.1 >/dev/null
-"${mpirun[@]}" "$bin/data_prep/fnvlp-shard" --input "$work/synth/captions.json" --image-root "$work/synth" \
-  --split-file "$work/synth/splits.json" --split train --vocab "$vocab" --out "$work/shards" \
-  --image-size 64 --shard-size 300 >/dev/null
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" pretrain
+synth_data "$work/synth" 240 5 8 3
+shard_split "$work/synth" train "$work/shards" --shard-size 300
 common=(--config "$src/jobs/configs/tiny.yaml" --data "$work/shards" --set train.batch_size=16
         --set train.max_steps=14 --set train.log_every=1 --set optim.warmup_steps=3
         --set checkpoint.every_steps=0 --set train.deterministic=true)
-fail() { echo "FAIL: $*"; exit 1; }
 
 echo "== uninterrupted run"
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/a"

@@ -6,17 +6,10 @@
 # layout exercise the lambda scatter and the mean +- std table.
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
-work=$(mktemp -d "${TMPDIR:-/tmp}/fnvlp_report.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-mpirun=(mpirun --oversubscribe -np 2)
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" report
 py=/usr/bin/python3
-fail() { echo "FAIL: $*"; exit 1; }
-
-"${mpirun[@]}" "$bin/data_prep/fnvlp-synth" --out "$work/synth" --images 96 --captions-per-image 3 \
-  --classes 4 --image-size 64 --seed 5 --val-fraction 0.1 >/dev/null
-"${mpirun[@]}" "$bin/data_prep/fnvlp-shard" --input "$work/synth/captions.json" --image-root "$work/synth" \
-  --split-file "$work/synth/splits.json" --split train --vocab "$vocab" --out "$work/shards" \
-  --image-size 64 >/dev/null
+synth_data "$work/synth" 96 3 4 5
+shard_split "$work/synth" train "$work/shards"
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" --config "$src/jobs/configs/tiny.yaml" --data "$work/shards" \
   --out "$work/run" --set train.batch_size=16 --set train.max_steps=6 --set train.log_every=1 \
   --set checkpoint.every_steps=0 >/dev/null
