@@ -33,18 +33,17 @@ struct PairDataset::Shard {
 
 namespace {
 
-// Opens /images with a chunk cache of `cache_bytes` (0: room for `chunks_hint` chunks).
-h5::Handle open_images(hid_t file, const std::string& path, int64_t cache_bytes,
-                       int64_t chunks_hint) {
+// Opens /images, checked against the schema (open_shard_dataset), with a chunk cache of
+// `cache_bytes` (0: room for `chunks_hint` chunks).
+h5::Handle open_images(hid_t file, const std::string& path, const ShardHeader& header,
+                       int64_t cache_bytes, int64_t chunks_hint) {
   const std::string ctx = path + ":/" + shard_ds::kImages;
-  FNVLP_CHECK(h5::exists(file, shard_ds::kImages), ctx << " is missing");
   hsize_t chunk_bytes = 0;
   {
-    h5::Handle ds(H5_CHECK(H5Dopen2(file, shard_ds::kImages, H5P_DEFAULT), ctx), H5Dclose);
+    h5::Handle ds = open_shard_dataset(file, path, shard_ds::kImages, header);
     h5::Handle dcpl(H5_CHECK(H5Dget_create_plist(ds), ctx), H5Pclose);
-    FNVLP_CHECK(H5Pget_layout(dcpl) == H5D_CHUNKED, ctx << " is not chunked");
     hsize_t chunk[4] = {0, 0, 0, 0};
-    FNVLP_CHECK(H5_CHECK(H5Pget_chunk(dcpl, 4, chunk), ctx) == 4, ctx << " chunk rank is not 4");
+    H5_CHECK(H5Pget_chunk(dcpl, 4, chunk), ctx);  // rank 4, checked above
     chunk_bytes = chunk[0] * chunk[1] * chunk[2] * chunk[3];
   }
   const size_t nbytes =
@@ -53,12 +52,14 @@ h5::Handle open_images(hid_t file, const std::string& path, int64_t cache_bytes,
   h5::Handle dapl(H5_CHECK(H5Pcreate(H5P_DATASET_ACCESS), ctx), H5Pclose);
   // w0 = 1: chunks read whole (we never write) are evicted first.
   H5_CHECK(H5Pset_chunk_cache(dapl, 12421, nbytes, 1.0), ctx);
+  // The same object as checked above: only the access properties differ.
   return h5::Handle(H5_CHECK(H5Dopen2(file, shard_ds::kImages, dapl), ctx), H5Dclose);
 }
 
 template <typename T>
-std::vector<T> read_column(hid_t file, const char* name, const std::string& path, size_t expected) {
-  std::vector<T> v = h5::read_dataset<T>(file, name, path);
+std::vector<T> read_column(hid_t file, const char* name, const std::string& path,
+                           const ShardHeader& header, size_t expected) {
+  std::vector<T> v = read_shard_column<T>(file, path, name, header);
   FNVLP_CHECK(v.size() == expected,
               path << ":/" << name << " has " << v.size() << " elements, expected " << expected);
   return v;
@@ -120,12 +121,12 @@ PairDataset::PairDataset(const std::string& dir, const PairDatasetOptions& optio
       FNVLP_CHECK(vocab == manifest_.vocab_sha256, p << ": vocab_sha256 differs from the manifest");
       FNVLP_CHECK(num_pairs == s.num_pairs,
                   p << ": num_pairs " << num_pairs << ", manifest says " << s.num_pairs);
-      sh->images = open_images(sh->file, p, options_.chunk_cache_bytes, chunks_hint);
-      const auto d = h5::dims(sh->images, p + ":/images");
-      const auto S = static_cast<hsize_t>(image_size);
-      FNVLP_CHECK(d.size() == 4 && d[1] == S && d[2] == S && d[3] == 3,
-                  p << ":/images shape does not match image_size " << image_size);
-      sh->num_images = static_cast<int64_t>(d[0]);
+      ShardHeader header;
+      header.image_size = image_size;
+      header.max_len = max_len;
+      header.num_pairs = num_pairs;
+      sh->images = open_images(sh->file, p, header, options_.chunk_cache_bytes, chunks_hint);
+      sh->num_images = static_cast<int64_t>(h5::dims(sh->images, p + ":/images")[0]);
       FNVLP_CHECK(sh->num_images == s.num_images, p << ":/images has " << sh->num_images
                                                     << " rows, manifest says " << s.num_images);
       first_pair_.push_back(s.first_pair_id);
@@ -158,15 +159,19 @@ const PairDataset::Shard& PairDataset::columns(int64_t shard) const {
     const auto n = static_cast<size_t>(sh.num_pairs);
     const auto L = static_cast<size_t>(manifest_.max_len);
     const std::string& p = sh.path;
+    ShardHeader h;  // as checked against the manifest at open
+    h.image_size = manifest_.image_size;
+    h.max_len = manifest_.max_len;
+    h.num_pairs = sh.num_pairs;
     std::vector<int64_t> pair_id;
     {
       std::lock_guard<std::mutex> lock(h5::global_mutex());
-      sh.pair_image = read_column<int64_t>(sh.file, shard_ds::kPairImage, p, n);
-      sh.tokens = read_column<int32_t>(sh.file, shard_ds::kTokens, p, n * L);
-      sh.lengths = read_column<int16_t>(sh.file, shard_ds::kLengths, p, n);
-      pair_id = read_column<int64_t>(sh.file, shard_ds::kPairId, p, n);
-      sh.image_id = read_column<int64_t>(sh.file, shard_ds::kImageId, p, n);
-      sh.label = read_column<int32_t>(sh.file, shard_ds::kLabel, p, n);
+      sh.pair_image = read_column<int64_t>(sh.file, shard_ds::kPairImage, p, h, n);
+      sh.tokens = read_column<int32_t>(sh.file, shard_ds::kTokens, p, h, n * L);
+      sh.lengths = read_column<int16_t>(sh.file, shard_ds::kLengths, p, h, n);
+      pair_id = read_column<int64_t>(sh.file, shard_ds::kPairId, p, h, n);
+      sh.image_id = read_column<int64_t>(sh.file, shard_ds::kImageId, p, h, n);
+      sh.label = read_column<int32_t>(sh.file, shard_ds::kLabel, p, h, n);
     }
     for (size_t i = 0; i < n; ++i) {
       FNVLP_CHECK(pair_id[i] == sh.first_pair + static_cast<int64_t>(i),

@@ -94,6 +94,24 @@ struct DatasetSpec {
 Handle create_dataset(hid_t loc, const std::string& name, hid_t type, const DatasetSpec& spec,
                       const std::string& file);
 
+// The stored form a reader requires of a chunked dataset before its first H5Dread.
+// libhdf5 1.10 trusts a file's metadata: a stored chunk smaller than its datatype and chunk shape
+// imply (a mutated datatype size, for one) makes H5Dread copy past a buffer of libhdf5's own
+// (tests/fuzz/README.md). Readers of files we write state what the writer produced and refuse the
+// rest by name, reading only metadata (no chunk data).
+struct StoredLayout {
+  hid_t mem_type = H5I_INVALID_HID;  // read as this type: stored type is it, in either byte order
+  int64_t rows = -1;                 // first dimension; -1: any
+  std::vector<hsize_t> row_shape;    // the other dimensions, exact
+  hsize_t max_chunk_rows = 1;        // chunk = [1..max_chunk_rows] x row_shape
+  bool fletcher32 = true;            // filter pipeline: exactly Fletcher32 (false: no filter)
+};
+// Checks datatype, dataspace, chunked layout, chunk shape, filter pipeline, and every chunk the
+// dataspace covers: stored, and exactly as many bytes as its shape, datatype and Fletcher32 make.
+// Throws fnvlp::Error "CONTEXT: reason". Returns the dims.
+std::vector<hsize_t> check_stored_layout(hid_t dataset, const StoredLayout& expect,
+                                         const std::string& context);
+
 // Writes `n_rows` rows (each of the dataset's row size) at row `row`; with `extend` the dataset is
 // first grown to row + n_rows.
 void write_rows(hid_t dataset, hid_t mem_type, const void* data, hsize_t row, hsize_t n_rows,

@@ -13,18 +13,41 @@ void write_ids(hid_t file, const std::string& path, int64_t num_pairs,
               path << ": " << num_pairs << " pairs but " << pair_id.size() << " pair ids and "
                    << image_id.size() << " image ids");
   const hsize_t n = static_cast<hsize_t>(num_pairs);
-  const hsize_t chunk = std::min<hsize_t>(std::max<hsize_t>(n, 1), 65536);
+  const hsize_t chunk = std::min<hsize_t>(std::max<hsize_t>(n, 1), kMaxColumnChunk);
   h5::write_dataset(file, shard_ds::kPairId, pair_id, {n}, {chunk}, path);
   h5::write_dataset(file, shard_ds::kImageId, image_id, {n}, {chunk}, path);
 }
 
 }  // namespace
 
+h5::StoredLayout shard_layout(const std::string& name, const ShardHeader& h) {
+  // Types as ShardWriter stores them: native types of the columns, U8LE pixels.
+  const auto s = static_cast<hsize_t>(std::max<int64_t>(h.image_size, 0));
+  const auto L = static_cast<hsize_t>(std::max<int64_t>(h.max_len, 0));
+  if (name == shard_ds::kImages) return {H5T_NATIVE_UINT8, -1, {s, s, 3}, kMaxImageChunk, true};
+  if (name == shard_ds::kTokens) return {H5T_NATIVE_INT32, h.num_pairs, {L}, kMaxTokenChunk, true};
+  if (name == shard_ds::kLengths) return {H5T_NATIVE_INT16, h.num_pairs, {}, kMaxColumnChunk, true};
+  if (name == shard_ds::kLabel) return {H5T_NATIVE_INT32, h.num_pairs, {}, kMaxColumnChunk, true};
+  FNVLP_CHECK(
+      name == shard_ds::kPairImage || name == shard_ds::kPairId || name == shard_ds::kImageId,
+      "no shard dataset '" << name << "'");
+  return {H5T_NATIVE_INT64, h.num_pairs, {}, kMaxColumnChunk, true};
+}
+
+h5::Handle open_shard_dataset(hid_t file, const std::string& path, const std::string& name,
+                              const ShardHeader& header, hid_t dapl) {
+  const std::string ctx = path + ":/" + name;
+  FNVLP_CHECK(h5::exists(file, name), ctx << " is missing");
+  h5::Handle ds(H5_CHECK(H5Dopen2(file, name.c_str(), dapl), ctx), H5Dclose);
+  h5::check_stored_layout(ds, shard_layout(name, header), ctx);
+  return ds;
+}
+
 ShardWriter::ShardWriter(const std::string& path, const ShardHeader& header, int image_chunk)
     : path_(path), header_(header) {
   FNVLP_CHECK(header.image_size > 0 && header.max_len >= 2, path << ": bad shard header");
-  FNVLP_CHECK(image_chunk >= 1 && image_chunk <= 64,
-              "image chunk must hold 1..64 images, got " << image_chunk);
+  FNVLP_CHECK(image_chunk >= 1 && static_cast<hsize_t>(image_chunk) <= kMaxImageChunk,
+              "image chunk must hold 1.." << kMaxImageChunk << " images, got " << image_chunk);
   file_ = h5::create_file(path);
   const hsize_t s = static_cast<hsize_t>(header.image_size);
   images_ = h5::create_dataset(
@@ -50,8 +73,8 @@ void ShardWriter::write_pairs(const PairColumns& p) {
     FNVLP_CHECK(row >= 0 && row < num_images_,
                 path_ << ": pair_image " << row << " outside " << num_images_ << " images");
   const hsize_t hn = static_cast<hsize_t>(n);
-  const hsize_t chunk = std::min<hsize_t>(std::max<hsize_t>(hn, 1), 65536);
-  const hsize_t tok_chunk = std::min<hsize_t>(std::max<hsize_t>(hn, 1), 4096);
+  const hsize_t chunk = std::min<hsize_t>(std::max<hsize_t>(hn, 1), kMaxColumnChunk);
+  const hsize_t tok_chunk = std::min<hsize_t>(std::max<hsize_t>(hn, 1), kMaxTokenChunk);
   h5::write_dataset(file_, shard_ds::kPairImage, p.pair_image, {hn}, {chunk}, path_);
   h5::write_dataset(file_, shard_ds::kTokens, p.tokens, {hn, static_cast<hsize_t>(header_.max_len)},
                     {tok_chunk, static_cast<hsize_t>(header_.max_len)}, path_);
@@ -99,33 +122,22 @@ ShardReader::ShardReader(const std::string& path) : path_(path) {
   header_.max_len = h5::read_attr_int(file_, "max_len", path);
   header_.vocab_sha256 = h5::read_attr_string(file_, "vocab_sha256", path);
   header_.num_pairs = h5::read_attr_int(file_, "num_pairs", path);
-  images_ = h5::open_dataset(file_, shard_ds::kImages, path);
-  const auto d = h5::dims(images_, path + ":/images");
-  const auto s = static_cast<hsize_t>(header_.image_size);
-  FNVLP_CHECK(d.size() == 4 && d[1] == s && d[2] == s && d[3] == 3,
-              path << ":/images has shape that does not match image_size " << header_.image_size);
-  num_images_ = static_cast<int64_t>(d[0]);
+  FNVLP_CHECK(header_.image_size > 0 && header_.max_len >= 2 && header_.num_pairs >= 0,
+              path << ": bad header (image_size " << header_.image_size << ", max_len "
+                   << header_.max_len << ", num_pairs " << header_.num_pairs << ")");
+  images_ = open_shard_dataset(file_, path, shard_ds::kImages, header_);
+  num_images_ = static_cast<int64_t>(h5::dims(images_, path + ":/images")[0]);
 }
 
 PairColumns ShardReader::read_pairs() const {
+  // Lengths are checked against num_pairs (and max_len) before each read.
   PairColumns p;
-  auto check_len = [&](const char* name, size_t n, size_t expected) {
-    FNVLP_CHECK(n == expected, path_ << ":/" << name << " has " << n << " elements, expected "
-                                     << expected << " (num_pairs " << header_.num_pairs << ")");
-  };
-  const auto n = static_cast<size_t>(header_.num_pairs);
-  p.pair_image = h5::read_dataset<int64_t>(file_, shard_ds::kPairImage, path_);
-  check_len(shard_ds::kPairImage, p.pair_image.size(), n);
-  p.tokens = h5::read_dataset<int32_t>(file_, shard_ds::kTokens, path_);
-  check_len(shard_ds::kTokens, p.tokens.size(), n * static_cast<size_t>(header_.max_len));
-  p.lengths = h5::read_dataset<int16_t>(file_, shard_ds::kLengths, path_);
-  check_len(shard_ds::kLengths, p.lengths.size(), n);
-  p.pair_id = h5::read_dataset<int64_t>(file_, shard_ds::kPairId, path_);
-  check_len(shard_ds::kPairId, p.pair_id.size(), n);
-  p.image_id = h5::read_dataset<int64_t>(file_, shard_ds::kImageId, path_);
-  check_len(shard_ds::kImageId, p.image_id.size(), n);
-  p.label = h5::read_dataset<int32_t>(file_, shard_ds::kLabel, path_);
-  check_len(shard_ds::kLabel, p.label.size(), n);
+  p.pair_image = read_shard_column<int64_t>(file_, path_, shard_ds::kPairImage, header_);
+  p.tokens = read_shard_column<int32_t>(file_, path_, shard_ds::kTokens, header_);
+  p.lengths = read_shard_column<int16_t>(file_, path_, shard_ds::kLengths, header_);
+  p.pair_id = read_shard_column<int64_t>(file_, path_, shard_ds::kPairId, header_);
+  p.image_id = read_shard_column<int64_t>(file_, path_, shard_ds::kImageId, header_);
+  p.label = read_shard_column<int32_t>(file_, path_, shard_ds::kLabel, header_);
   return p;
 }
 

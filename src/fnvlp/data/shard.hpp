@@ -8,7 +8,8 @@
 //   pair_id    int64 [n_pairs]             global, dense 0..N-1 across all shards
 //   image_id   int64 [n_pairs]             global; equal image_id = known positives
 //   label      int32 [n_pairs]             semantic class, -1 unknown
-// All datasets are chunked with Fletcher32, so a flipped bit fails the read of its chunk.
+// All datasets are chunked with Fletcher32, so a flipped bit fails the read of its chunk. Readers
+// open them through open_shard_dataset, which refuses any other stored form before a read.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,6 +30,11 @@ inline constexpr const char* kImageId = "image_id";
 inline constexpr const char* kLabel = "label";
 }  // namespace shard_ds
 
+// Rows per chunk the writer uses at most (images: chosen 1..64; per-pair columns: min(n, bound)).
+inline constexpr hsize_t kMaxImageChunk = 64;
+inline constexpr hsize_t kMaxTokenChunk = 4096;
+inline constexpr hsize_t kMaxColumnChunk = 65536;  // 1-D per-pair columns
+
 struct ShardHeader {
   int64_t schema = kShardSchemaVersion;
   std::string created_by;
@@ -37,6 +43,33 @@ struct ShardHeader {
   std::string vocab_sha256;
   int64_t num_pairs = 0;
 };
+
+// The stored form ShardWriter gives dataset `name` in a shard with this header (image_size,
+// max_len and num_pairs are used): type, shape, chunk bounds, Fletcher32.
+h5::StoredLayout shard_layout(const std::string& name, const ShardHeader& header);
+
+// Opens dataset `name` of shard `path` and refuses it, naming file, dataset and reason, unless it
+// is stored as shard_layout says (h5::check_stored_layout: metadata only, no chunk is read). Every
+// reader of shard datasets goes through here: libhdf5 1.10 overflows its own buffers on chunks
+// that do not match their metadata.
+h5::Handle open_shard_dataset(hid_t file, const std::string& path, const std::string& name,
+                              const ShardHeader& header, hid_t dapl = H5P_DEFAULT);
+
+// A whole per-pair column (num_pairs rows), checked by open_shard_dataset first.
+template <typename T>
+std::vector<T> read_shard_column(hid_t file, const std::string& path, const std::string& name,
+                                 const ShardHeader& header) {
+  const std::string ctx = path + ":/" + name;
+  FNVLP_CHECK(H5Tequal(h5::native_type<T>(), shard_layout(name, header).mem_type) > 0,
+              ctx << ": read as a type other than the schema's");
+  h5::Handle ds = open_shard_dataset(file, path, name, header);
+  const std::vector<hsize_t> shape = h5::dims(ds, ctx);
+  size_t n = 1;
+  for (hsize_t d : shape) n *= static_cast<size_t>(d);  // bounded by the file's size (checked)
+  std::vector<T> out(n);
+  if (n > 0) h5::read_rows(ds, h5::native_type<T>(), out.data(), 0, shape[0], ctx);
+  return out;
+}
 
 // Per-pair columns of a shard, all of length num_pairs (tokens: num_pairs * max_len).
 struct PairColumns {

@@ -35,8 +35,12 @@ DatasetIndex index_dataset(const data::PairDataset& ds) {
     {
       std::lock_guard<std::mutex> lock(h5::global_mutex());
       h5::Handle f = h5::open_file(path);
-      iid = h5::read_dataset<int64_t>(f, data::shard_ds::kImageId, path);
-      lab = h5::read_dataset<int32_t>(f, data::shard_ds::kLabel, path);
+      data::ShardHeader h;  // checked against the manifest when `ds` opened it
+      h.image_size = ds.manifest().image_size;
+      h.max_len = ds.manifest().max_len;
+      h.num_pairs = sh.num_pairs;
+      iid = data::read_shard_column<int64_t>(f, path, data::shard_ds::kImageId, h);
+      lab = data::read_shard_column<int32_t>(f, path, data::shard_ds::kLabel, h);
     }
     FNVLP_CHECK(static_cast<int64_t>(iid.size()) == sh.num_pairs &&
                     static_cast<int64_t>(lab.size()) == sh.num_pairs,
