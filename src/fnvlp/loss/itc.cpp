@@ -151,6 +151,8 @@ ItcResult itc_loss(const ItcInputs& in) {
   check_mask(in.exclude_t2i, b, n, "exclude_t2i");
   check_mask(in.weight_i2t, b, n, "weight_i2t");
   check_mask(in.weight_t2i, b, n, "weight_t2i");
+  FNVLP_CHECK(!(in.momentum_keys && in.cross_rank_grad),
+              "itc: momentum_keys excludes cross_rank_grad (no gradient flows to constant keys)");
   if (in.soft == SoftTargets::kGiven) {
     FNVLP_CHECK(in.soft_i2t.defined() && in.soft_t2i.defined(),
                 "itc: soft mode 'given' needs soft_i2t and soft_t2i");
@@ -167,8 +169,10 @@ ItcResult itc_loss(const ItcInputs& in) {
     r.img_all_leaf = img_all;
     r.txt_all_leaf = txt_all;
   }
-  const torch::Tensor img_cols = replace_rows(img_all, in.img, in.offset);
-  const torch::Tensor txt_cols = replace_rows(txt_all, in.txt, in.offset);
+  const torch::Tensor img_cols =
+      in.momentum_keys ? img_all : replace_rows(img_all, in.img, in.offset);
+  const torch::Tensor txt_cols =
+      in.momentum_keys ? txt_all : replace_rows(txt_all, in.txt, in.offset);
 
   // s_ij / temp, the ALBEF logits: sim_i2t = image_feat @ text_feat_all / temp.
   const torch::Tensor logits_i2t = torch::matmul(in.img, txt_cols.t()) / in.temp;
@@ -197,6 +201,46 @@ ItcResult itc_loss(const ItcInputs& in) {
   r.acc_t2i = t2i.acc;
   r.extra_positives = r.positive.sum() - b;
   return r;
+}
+
+ItcInputs momentum_itc_inputs(const MomentumItc& m) {
+  FNVLP_CHECK(m.img_m.defined() && m.txt_m.defined() && m.img_m_all.defined() &&
+                  m.txt_m_all.defined() && m.image_id_all.defined(),
+              "momentum_itc_inputs: momentum embeddings and gathered image ids are required");
+  FNVLP_CHECK(m.img_m.sizes() == m.img.sizes() && m.txt_m.sizes() == m.txt.sizes(),
+              "momentum_itc_inputs: momentum embeddings "
+                  << m.img_m.sizes() << " differ in shape from the online " << m.img.sizes());
+  torch::NoGradGuard no_grad;
+  ItcInputs in;
+  in.img = m.img;
+  in.txt = m.txt;
+  in.offset = m.offset;
+  in.temp = m.temp;
+  in.image_id = m.image_id;
+  const bool queued = m.queue_img.defined() && m.queue_img.size(0) > 0;
+  if (queued) {
+    FNVLP_CHECK(m.queue_txt.defined() && m.queue_image_id.defined() &&
+                    m.queue_txt.sizes() == m.queue_img.sizes() &&
+                    m.queue_image_id.size(0) == m.queue_img.size(0),
+                "momentum_itc_inputs: queue tensors disagree: " << m.queue_img.sizes() << ", "
+                                                                << m.queue_txt.sizes());
+    in.img_all = torch::cat({m.img_m_all.detach(), m.queue_img.to(m.img_m_all.dtype())});
+    in.txt_all = torch::cat({m.txt_m_all.detach(), m.queue_txt.to(m.txt_m_all.dtype())});
+    in.image_id_all = torch::cat({m.image_id_all, m.queue_image_id.to(torch::kLong)});
+  } else {
+    in.img_all = m.img_m_all.detach();
+    in.txt_all = m.txt_m_all.detach();
+    in.image_id_all = m.image_id_all;
+  }
+  in.momentum_keys = true;
+  in.cross_rank_grad = false;
+  in.soft = SoftTargets::kGiven;
+  in.soft_weight = m.alpha;
+  // ALBEF computes the momentum logits in no_grad with the online temperature.
+  const torch::Tensor t = m.temp.detach();
+  in.soft_i2t = soft_targets_from_sim(torch::matmul(m.img_m.detach(), in.txt_all.t()) / t);
+  in.soft_t2i = soft_targets_from_sim(torch::matmul(m.txt_m.detach(), in.img_all.t()) / t);
+  return in;
 }
 
 ItcCosine itc_cosine(const ItcInputs& in) {

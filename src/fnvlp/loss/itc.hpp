@@ -22,6 +22,14 @@
 // rank's masks and weights for the other ranks' anchors, which fnvlp keeps partitioned (GloFND's
 // lambda lives only on the owning rank), so fnvlp exchanges the [N, E] gradients instead
 // (2*N*E floats per step, small beside the model's gradient).
+//
+// ALBEF momentum distillation (Li et al. 2021, "Align before Fuse", §3.3; model_pretrain.py and
+// model_retrieval.py) uses `momentum_keys`: the columns are constant keys (the all-gathered
+// momentum features followed by the queue) and the local rows are NOT replaced by the online
+// embeddings. No gradient flows to any column, so the loss of anchor i depends only on anchor i's
+// online embedding: the gradient of the mean loss over the B global anchors is the average of the
+// ranks' local gradients, which plain gradient averaging already gives (cross_rank_grad must be
+// off; there is nothing to exchange). See momentum_itc_inputs for the targets.
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -34,7 +42,7 @@ enum class SoftTargets {
   kNone,    // hard targets only (soft_weight ignored)
   kPseudo,  // GRIT-VLP / MAFA pseudo-targets from the current, detached similarities (default)
   kGiven,   // targets supplied by the caller (ALBEF momentum distillation: softmax of the
-            // momentum model's logits, see soft_targets_from_sim)
+            // momentum model's logits, see momentum_itc_inputs)
 };
 // "none" | "pseudo" | "given" (alias "momentum"); throws fnvlp::Error otherwise.
 SoftTargets parse_soft_targets(const std::string& name);
@@ -59,6 +67,9 @@ struct ItcInputs {
   // Make img_all/txt_all autograd leaves so that itc_gathered_grads() can read the gradient this
   // rank's anchors send to every global row (needed with more than one rank, see above).
   bool cross_rank_grad = false;
+  // img_all/txt_all are constant keys (ALBEF momentum features + queue): rows offset..offset+b
+  // are used as they are, not replaced by img/txt. Excludes cross_rank_grad.
+  bool momentum_keys = false;
 };
 
 struct ItcResult {
@@ -82,6 +93,33 @@ ItcResult itc_loss(const ItcInputs& in);
 // distillation pass the momentum model's logits; GRIT pseudo-targets are built inside itc_loss.
 torch::Tensor soft_targets_from_sim(const torch::Tensor& logits,
                                     const torch::Tensor& allowed = torch::Tensor());
+
+// ALBEF momentum distillation (Li et al. 2021, §3.3, ITC with queues). With the momentum
+// features f_m of the global batch (all-gathered, rows offset..offset+b are this rank's) and the
+// queue Q of earlier momentum features, the keys are K_I = [f_m^I ; Q_I], K_T = [f_m^T ; Q_T]
+// (N = B + |Q| columns, image ids likewise), and for a local anchor i:
+//   s_i2t(i)   = f^I_i . K_T / temp           (online image feature, with graph)
+//   s_i2t_m(i) = f^I_m,i . K_T / temp         (momentum image feature, constant)
+//   q_i2t(i)   = softmax(s_i2t_m(i))           (ALBEF's sim_i2t_targets before mixing)
+//   y_i2t(i)   = (1 - alpha) * hard(i) + alpha * q_i2t(i),  hard(i)_j = 1[id_i = id_j] / #same-id
+//   L_i2t      = mean_i -sum_j y_i2t(i)_j log softmax(s_i2t(i))_j,   and t2i symmetrically;
+// temp is the online (learnable, clamped) temperature, detached in the momentum logits as in
+// ALBEF. hard uses image ids over every column, queue included (ALBEF model_retrieval.py
+// idx_queue): an earlier feature of the anchor's image is a positive, never a negative.
+struct MomentumItc {
+  torch::Tensor img, txt;                // online local embeddings [b, E] (with graph)
+  torch::Tensor img_m, txt_m;            // momentum local embeddings [b, E]
+  torch::Tensor img_m_all, txt_m_all;    // gathered momentum embeddings [B, E]
+  int64_t offset = 0;                    // first row of this rank in the gathered rows
+  torch::Tensor image_id, image_id_all;  // int64 [b] and [B]
+  // Queue (only the filled rows; may have 0 rows): [Q, E], [Q, E] and int64 [Q].
+  torch::Tensor queue_img, queue_txt, queue_image_id;
+  torch::Tensor temp;  // online temperature (scalar)
+  double alpha = 0.4;  // ALBEF alpha (with its warm-up ramp applied by the caller)
+};
+// The ItcInputs of the equations above (momentum_keys on, SoftTargets::kGiven with the momentum
+// soft targets, cross_rank_grad off); pass them to itc_loss.
+ItcInputs momentum_itc_inputs(const MomentumItc& m);
 
 // Detached cosine similarities of the local anchors against the gathered columns, [b, N] each
 // (what GloFND / FNC threshold and SRCL weighs before calling itc_loss). Uses the gathered rows

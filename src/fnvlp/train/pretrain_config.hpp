@@ -37,9 +37,14 @@ struct LossConfig {
   double itc_weight = 1.0;
   double itm_weight = 1.0;
   double mlm_weight = 1.0;
-  double mlm_probability = 0.15;        // ALBEF 0.15; FALCON 0.5
-  std::string soft_targets = "pseudo";  // pseudo (GRIT/MAFA) | none
-  double soft_weight = 0.4;             // ALBEF alpha
+  double mlm_probability = 0.15;  // ALBEF 0.15; FALCON 0.5
+  // pseudo (GRIT/MAFA) | momentum (ALBEF momentum distillation with queues) | none
+  std::string soft_targets = "pseudo";
+  double soft_weight = 0.4;  // ALBEF alpha (ITC soft targets; with momentum also MLM's)
+  // soft_targets=momentum only: EMA coefficient of the momentum model and the number of momentum
+  // features kept as extra ITC keys (ALBEF Pretrain.yaml: momentum 0.995, queue_size 65536).
+  double momentum = 0.995;
+  int64_t queue_size = 65536;
   // ALBEF ramps alpha from 0 over the first epoch (alpha * min(1, i / len(loader))): soft targets
   // of an untrained model are near uniform and hold the ITC loss near chance. -1: one epoch.
   int64_t soft_warmup_steps = -1;
@@ -58,6 +63,8 @@ struct LossConfig {
     v("mlm_probability", mlm_probability);
     v("soft_targets", soft_targets);
     v("soft_weight", soft_weight);
+    v("momentum", momentum);
+    v("queue_size", queue_size);
     v("soft_warmup_steps", soft_warmup_steps);
     v("itm_negatives", itm_negatives);
     v("tcl", tcl);

@@ -29,6 +29,7 @@
 #include "fnvlp/negatives/srcl.hpp"
 #include "fnvlp/train/batch_source.hpp"
 #include "fnvlp/train/grad_sync.hpp"
+#include "fnvlp/train/momentum.hpp"
 #include "fnvlp/train/pretrained.hpp"
 #include "fnvlp/train/run_dir.hpp"
 #include "fnvlp/train/schedule.hpp"
@@ -59,6 +60,11 @@ void set_blas_threads(int n) {
   using Fn = void (*)(int);
   if (auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(n);
 }
+
+// The gathered momentum features of a step with their ids, queued once the step is taken.
+struct MomentumEntries {
+  torch::Tensor img, txt, image_id, pair_id;
+};
 
 struct StepLosses {
   double itc = 0, itm = 0, mlm = 0, imc = 0, lmi = 0, total = 0;
@@ -106,6 +112,7 @@ class Trainer {
         ckpt_(run_, comm, cfg.checkpoint),
         skips_(cfg.non_finite.max_consecutive) {
     cfg_.model.validate();
+    validate_soft_targets();
     if (!opt.val_dir.empty()) val_ = std::make_unique<data::PairDataset>(opt.val_dir);
     FNVLP_CHECK(dataset_.max_len() <= cfg_.model.max_len,
                 opt.data_dir << ": captions of " << dataset_.max_len()
@@ -131,6 +138,17 @@ class Trainer {
     groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(adamw(0.0)));
     optimizer_ =
         std::make_unique<torch::optim::AdamW>(std::move(groups), adamw(cfg_.optim.weight_decay));
+    if (cfg_.loss.soft_targets == "momentum") {
+      // ALBEF copy_params: the momentum model starts equal to the (broadcast) online model; it is
+      // never trained, and runs in eval mode so that its features and targets do not depend on a
+      // rank's dropout draws (ALBEF leaves it in train mode; the presets' tiny/small have dropout
+      // 0 anyway). A resume overwrites both with the checkpoint's (maybe_resume).
+      momentum_ = model::Albef(cfg_.model);
+      copy_module(*momentum_, *model_);
+      momentum_->eval();
+      for (auto& p : momentum_->parameters()) p.requires_grad_(false);
+      queue_ = FeatureQueue(cfg_.loss.queue_size, cfg_.model.embed_dim);
+    }
 
     setup_negatives();
     setup_sampler();
@@ -153,7 +171,8 @@ class Trainer {
     StopRequest::install();
     // Room for two checkpoints (model + AdamW's two moments) before any step is spent.
     ckpt_.check_free_space(module_bytes(*model_) + optimizer_state_bytes(*optimizer_) +
-                           2 * module_bytes(*model_));
+                           2 * module_bytes(*model_) +
+                           (momentum_ ? module_bytes(*momentum_) + module_bytes(*queue_) : 0));
     json sampler_state;
     bool resumed = maybe_resume(&sampler_state);
     MetricsWriter metrics(run_.metrics_path(), comm_,
@@ -258,6 +277,38 @@ class Trainer {
   }
 
  private:
+  // loss.soft_targets and the momentum options, checked before anything is built.
+  //
+  // Momentum distillation refuses negatives.method (glofnd, fnc, srcl): their masks and weights
+  // are [b, N] over the gathered columns, and with a queue most columns are momentum features of
+  // earlier steps. GloFND's λ is a per-anchor quantile of the current model's similarities (the
+  // one exported with the embeddings and checked by simstat); learned over lagging momentum keys
+  // it would estimate another distribution. SRCL needs the helper's similarity for every column,
+  // which queue entries do not have, and the FN telemetry needs their labels. FNC would run, but
+  // removing top-ranked keys from the denominator fights the momentum soft targets, which put
+  // mass on exactly those keys (ALBEF §3.3: soft targets are how ALBEF handles false negatives).
+  // Extending them means deciding these questions, not only padding the masks, so the
+  // combination is an error rather than a silent half-measure.
+  void validate_soft_targets() const {
+    const LossConfig& lc = cfg_.loss;
+    FNVLP_CHECK(
+        lc.soft_targets == "pseudo" || lc.soft_targets == "none" || lc.soft_targets == "momentum",
+        "loss.soft_targets: unknown mode '" << lc.soft_targets << "' (pseudo | momentum | none)");
+    FNVLP_CHECK(lc.soft_weight >= 0 && lc.soft_weight <= 1,
+                "loss.soft_weight " << lc.soft_weight << " not in [0, 1]");
+    if (lc.soft_targets != "momentum") return;
+    FNVLP_CHECK(lc.momentum >= 0 && lc.momentum <= 1,
+                "loss.momentum " << lc.momentum << " not in [0, 1] (ALBEF: 0.995)");
+    FNVLP_CHECK(lc.queue_size >= 0, "loss.queue_size " << lc.queue_size << " must be >= 0");
+    FNVLP_CHECK(cfg_.negatives.method == "none",
+                "loss.soft_targets=momentum cannot be combined with negatives.method="
+                    << cfg_.negatives.method
+                    << ": the methods' masks and weights are defined on the current model's "
+                       "similarities of the global batch, not on momentum keys and queue entries "
+                       "(see validate_soft_targets in train/trainer.cpp); use "
+                       "loss.soft_targets=pseudo or none with them");
+  }
+
   void setup_sampler() {
     const SamplerConfig& sc = cfg_.sampler;
     const auto seed = static_cast<uint64_t>(cfg_.train.seed);
@@ -522,27 +573,55 @@ class Trainer {
     const torch::Tensor text_hidden = model_->encode_text(ids, mask);
     const torch::Tensor img = model_->image_embed(image_tokens);
     const torch::Tensor txt = model_->text_embed(text_hidden);
+    const torch::Tensor temp = model_->temp();  // outside any NoGradGuard: it is learned
+    const int64_t ramp =
+        cfg_.loss.soft_warmup_steps < 0 ? uniform_steps_ : cfg_.loss.soft_warmup_steps;
+    const double alpha =
+        cfg_.loss.soft_weight *
+        (ramp > 0 ? std::min(1.0, static_cast<double>(step_) / static_cast<double>(ramp)) : 1.0);
     loss::ItcInputs in;
-    in.img = img;
-    in.txt = txt;
-    in.img_all = allgather_rows(comm_, img, &in.offset);
-    in.txt_all = allgather_rows(comm_, txt, nullptr);
-    in.temp = model_->temp();
-    in.image_id = batch.image_id;
-    in.image_id_all = allgather_ids(batch.image_id);
+    torch::Tensor image_tokens_m;  // momentum distillation: the momentum model's image tokens
+    MomentumEntries enqueue;       // and what the queue receives once the step is taken
+    if (momentum_) {
+      // ALBEF §3.3: keys = [all-gathered momentum features ; queue], soft targets from the
+      // momentum logits (loss::momentum_itc_inputs has the equations). No gradient reaches the
+      // keys, so no cross-rank term is needed for the exact data-parallel gradient (loss/itc.hpp).
+      torch::NoGradGuard no_grad;
+      image_tokens_m = momentum_->encode_image(images);
+      loss::MomentumItc mi;
+      mi.img = img;
+      mi.txt = txt;
+      mi.img_m = momentum_->image_embed(image_tokens_m);
+      mi.txt_m = momentum_->text_embed(momentum_->encode_text(ids, mask));
+      mi.img_m_all = allgather_rows(comm_, mi.img_m, &mi.offset);
+      mi.txt_m_all = allgather_rows(comm_, mi.txt_m, nullptr);
+      mi.image_id = batch.image_id;
+      mi.image_id_all = allgather_ids(batch.image_id);
+      mi.queue_img = queue_->img();
+      mi.queue_txt = queue_->txt();
+      mi.queue_image_id = queue_->image_id();
+      mi.temp = temp;
+      mi.alpha = alpha;
+      in = loss::momentum_itc_inputs(mi);
+      enqueue = {mi.img_m_all, mi.txt_m_all, mi.image_id_all, allgather_ids(batch.pair_id)};
+    } else {
+      in.img = img;
+      in.txt = txt;
+      in.img_all = allgather_rows(comm_, img, &in.offset);
+      in.txt_all = allgather_rows(comm_, txt, nullptr);
+      in.temp = temp;
+      in.image_id = batch.image_id;
+      in.image_id_all = allgather_ids(batch.image_id);
+      in.soft = loss::parse_soft_targets(cfg_.loss.soft_targets);
+      in.soft_weight = alpha;
+      in.cross_rank_grad = comm_.size() > 1;
+    }
     label_all_ = allgather_ids(batch.label);
     // Negatives of each local anchor: every global column that does not share its image_id (the
-    // own pair included in "shares").
+    // own pair included in "shares"). No method runs with momentum (validate_soft_targets).
     const torch::Tensor negative = in.image_id.unsqueeze(1) != in.image_id_all.unsqueeze(0);
     apply_negatives(in, negative, batch, images);
     record_batch_fn(batch);
-    in.soft = loss::parse_soft_targets(cfg_.loss.soft_targets);
-    const int64_t ramp =
-        cfg_.loss.soft_warmup_steps < 0 ? uniform_steps_ : cfg_.loss.soft_warmup_steps;
-    in.soft_weight =
-        cfg_.loss.soft_weight *
-        (ramp > 0 ? std::min(1.0, static_cast<double>(step_) / static_cast<double>(ramp)) : 1.0);
-    in.cross_rank_grad = comm_.size() > 1;
     const loss::ItcResult itc = loss::itc_loss(in);
 
     // ITM with hard negatives from the local batch (the fusion encoder needs their tokens).
@@ -567,15 +646,33 @@ class Trainer {
     // MLM on a masked copy of the captions, conditioned on the image (skipped at weight 0, as in
     // retrieval fine-tuning: a third of the step's compute).
     torch::Tensor mlm = torch::zeros({});
-    loss::MlmMasking m;  // kept for FALCON's reward on the same masks
+    loss::MlmMasking m;   // kept for FALCON's reward on the same masks
+    double mlm_hard = 0;  // plain cross-entropy (FALCON's reward compares it after the update)
     if (cfg_.loss.mlm_weight != 0) {
       auto mlm_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 3);
       m = loss::mask_tokens(ids, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size, kMaskId,
                             {kPadId, kClsId, kSepId}, mlm_gen);
       const torch::Tensor masked_fused =
           model_->fuse(model_->encode_text(m.input_ids, mask), mask, image_tokens);
-      mlm = loss::mlm_loss(model_->mlm_logits(loss::gather_positions(masked_fused, m.positions)),
-                           m.targets);
+      const torch::Tensor logits =
+          model_->mlm_logits(loss::gather_positions(masked_fused, m.positions));
+      if (momentum_) {
+        // ALBEF's distilled MLM: soft labels = softmax of the momentum model's MLM logits on the
+        // same masked input, fused with the momentum image tokens; mixed with the same alpha.
+        torch::Tensor soft;
+        {
+          torch::NoGradGuard no_grad;
+          const torch::Tensor fused_m =
+              momentum_->fuse(momentum_->encode_text(m.input_ids, mask), mask, image_tokens_m);
+          soft = torch::softmax(momentum_->mlm_logits(loss::gather_positions(fused_m, m.positions)),
+                                1);
+        }
+        mlm = loss::mlm_loss(logits, m.targets, soft, alpha);
+        if (falcon_) mlm_hard = loss::mlm_loss(logits.detach(), m.targets).item<double>();
+      } else {
+        mlm = loss::mlm_loss(logits, m.targets);
+        if (falcon_) mlm_hard = mlm.item<double>();
+      }
     }
 
     torch::Tensor total =
@@ -613,7 +710,14 @@ class Trainer {
     allreduce_gradients(comm_, params_);
     if (cfg_.optim.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params_, cfg_.optim.grad_clip);
     optimizer_->step();
-    if (m.positions.defined()) falcon_update(out.mlm, images, m, mask);
+    if (momentum_) {
+      // After the step taken (a skipped step changes neither): EMA of the new online weights,
+      // then the step's gathered momentum features join the queue in global (rank) order. Both
+      // are the same on every rank, so they stay replicated without communication.
+      ema_update(*momentum_, *model_, cfg_.loss.momentum);
+      queue_->enqueue(enqueue.img, enqueue.txt, enqueue.image_id, enqueue.pair_id);
+    }
+    if (m.positions.defined()) falcon_update(mlm_hard, images, m, mask);
     return out;
   }
 
@@ -839,6 +943,10 @@ class Trainer {
       if (falcon_) falcon_->save((fs::path(dir) / rank_file("falcon", comm_.rank())).string());
       if (!comm_.is_root()) return;
       save_module(dir, "model", *model_);
+      if (momentum_) {  // replicated: rank 0 writes it
+        save_module(dir, "momentum_model", *momentum_);
+        save_module(dir, "momentum_queue", *queue_);
+      }
       write_model_config(dir, cfg_.model);  // fnvlp-eval / --init read the architecture from here
       save_optimizer(dir, "optimizer", *optimizer_);
 
@@ -861,6 +969,7 @@ class Trainer {
     load_module(info->dir, "model", *model_);
     load_optimizer(info->dir, "optimizer", *optimizer_);
     if (glofnd_) load_glofnd(info->dir);
+    load_momentum(info->dir);
     if (falcon_) {  // another rank count: rank 0's baseline stands in for the new ranks'
       const auto mine = fs::path(info->dir) / rank_file("falcon", comm_.rank());
       const auto path = info->world_size == comm_.size() && fs::exists(mine)
@@ -883,6 +992,30 @@ class Trainer {
       spdlog::info("pretrain: resumed from {} (step {}, epoch {}, written by {} ranks)", info->dir,
                    step_, epoch_, info->world_size);
     return true;
+  }
+
+  // The momentum model and queue of a momentum run. A checkpoint without them (written by a run
+  // with another loss.soft_targets) is refused rather than completed by a copy of the online
+  // weights and an empty queue: that would silently change the trajectory a resume promises to
+  // continue. A momentum checkpoint resumed without momentum just leaves its state unused.
+  void load_momentum(const std::string& dir) {
+    const fs::path model_file = fs::path(dir) / "momentum_model.pt";
+    const fs::path queue_file = fs::path(dir) / "momentum_queue.pt";
+    if (!momentum_) {
+      if (fs::exists(model_file) && comm_.is_root())
+        spdlog::warn(
+            "pretrain: {} holds momentum distillation state, unused with "
+            "loss.soft_targets={}",
+            dir, cfg_.loss.soft_targets);
+      return;
+    }
+    FNVLP_CHECK(fs::exists(model_file) && fs::exists(queue_file),
+                dir << ": no momentum state (momentum_model.pt, momentum_queue.pt): the checkpoint "
+                       "was written without loss.soft_targets=momentum and cannot be resumed "
+                       "with it; resume with the run's own loss.soft_targets, or start a new run");
+    load_module(dir, "momentum_model", *momentum_);
+    load_module(dir, "momentum_queue", *queue_);
+    queue_->check(cfg_.loss.queue_size, cfg_.model.embed_dim);
   }
 
   std::vector<int64_t> block_pair_ids() const {
@@ -940,6 +1073,9 @@ class Trainer {
   NegMethod neg_method_ = NegMethod::kNone;
   std::unique_ptr<negatives::GlofndState> glofnd_;
   model::Albef helper_{nullptr};
+  // ALBEF momentum distillation (loss.soft_targets=momentum): EMA model and feature queue.
+  model::Albef momentum_{nullptr};
+  FeatureQueue queue_{nullptr};
   double last_srcl_a_ = 0;
   torch::Tensor label_all_;
   FnWindow fn_;

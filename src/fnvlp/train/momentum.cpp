@@ -1,0 +1,102 @@
+#include "fnvlp/train/momentum.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "fnvlp/core/error.hpp"
+
+namespace fnvlp::train {
+
+namespace {
+
+// Parameters then buffers, each in registration order, checked pairwise by name and shape.
+std::vector<std::pair<torch::Tensor, torch::Tensor>> paired_tensors(
+    torch::nn::Module& momentum, const torch::nn::Module& online) {
+  const auto mp = momentum.named_parameters(true), op = online.named_parameters(true);
+  const auto mb = momentum.named_buffers(true), ob = online.named_buffers(true);
+  FNVLP_CHECK(mp.size() == op.size() && mb.size() == ob.size(),
+              "momentum model: " << mp.size() << " parameters and " << mb.size()
+                                 << " buffers, the online model has " << op.size() << " and "
+                                 << ob.size());
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> out;
+  auto add = [&](const auto& m, const auto& o) {
+    for (size_t i = 0; i < m.size(); ++i) {
+      const auto& a = m[i];
+      const auto& b = o[i];
+      FNVLP_CHECK(a.key() == b.key() && a.value().sizes() == b.value().sizes(),
+                  "momentum model: '" << a.key() << "' " << a.value().sizes() << " vs online '"
+                                      << b.key() << "' " << b.value().sizes());
+      out.emplace_back(a.value(), b.value());
+    }
+  };
+  add(mp, op);
+  add(mb, ob);
+  return out;
+}
+
+}  // namespace
+
+void ema_update(torch::nn::Module& momentum, const torch::nn::Module& online, double m) {
+  FNVLP_CHECK(m >= 0 && m <= 1, "momentum must be in [0, 1], got " << m);
+  torch::NoGradGuard no_grad;
+  for (auto& [pm, p] : paired_tensors(momentum, online)) {
+    if (!pm.is_floating_point()) {  // integer buffers (counters) follow the online model
+      pm.copy_(p);
+      continue;
+    }
+    // ALBEF: param_m.data = param_m.data * m + param.data * (1 - m)
+    pm.mul_(m).add_(p.detach(), 1.0 - m);
+  }
+}
+
+void copy_module(torch::nn::Module& momentum, const torch::nn::Module& online) {
+  torch::NoGradGuard no_grad;
+  for (auto& [pm, p] : paired_tensors(momentum, online)) pm.copy_(p.detach());
+}
+
+FeatureQueueImpl::FeatureQueueImpl(int64_t capacity, int64_t dim) {
+  FNVLP_CHECK(capacity >= 0 && dim > 0,
+              "feature queue: capacity " << capacity << " and dim " << dim << " are invalid");
+  img_ = register_buffer("img", torch::zeros({capacity, dim}));
+  txt_ = register_buffer("txt", torch::zeros({capacity, dim}));
+  image_id_ = register_buffer("image_id", torch::full({capacity}, -1, torch::kLong));
+  pair_id_ = register_buffer("pair_id", torch::full({capacity}, -1, torch::kLong));
+  state_ = register_buffer("state", torch::zeros({2}, torch::kLong));
+}
+
+void FeatureQueueImpl::enqueue(const torch::Tensor& img, const torch::Tensor& txt,
+                               const torch::Tensor& image_id, const torch::Tensor& pair_id) {
+  const int64_t k = capacity(), n = img.size(0);
+  FNVLP_CHECK(img.dim() == 2 && img.size(1) == dim() && txt.sizes() == img.sizes() &&
+                  image_id.dim() == 1 && image_id.size(0) == n &&
+                  pair_id.sizes() == image_id.sizes(),
+              "feature queue: enqueue of img " << img.sizes() << ", txt " << txt.sizes() << ", ids "
+                                               << image_id.sizes() << " and " << pair_id.sizes()
+                                               << " into [" << k << ", " << dim() << "]");
+  if (k == 0 || n == 0) return;
+  torch::NoGradGuard no_grad;
+  const int64_t p = ptr(), keep = std::min(n, k), skip = n - keep;
+  // Row skip + j goes where a row-by-row enqueue puts it: (p + skip + j) mod k.
+  const torch::Tensor dst = (torch::arange(keep, torch::kLong) + (p + skip)).remainder(k);
+  img_.index_copy_(0, dst, img.detach().narrow(0, skip, keep).to(img_.dtype()));
+  txt_.index_copy_(0, dst, txt.detach().narrow(0, skip, keep).to(txt_.dtype()));
+  image_id_.index_copy_(0, dst, image_id.narrow(0, skip, keep).to(torch::kLong));
+  pair_id_.index_copy_(0, dst, pair_id.narrow(0, skip, keep).to(torch::kLong));
+  state_[0] = (p + n) % k;
+  state_[1] = std::min(k, fill() + n);
+}
+
+void FeatureQueueImpl::check(int64_t capacity, int64_t dim) const {
+  FNVLP_CHECK(img_.dim() == 2 && img_.size(0) == capacity && img_.size(1) == dim &&
+                  txt_.sizes() == img_.sizes() && image_id_.numel() == capacity &&
+                  pair_id_.numel() == capacity && state_.numel() == 2,
+              "feature queue: holds " << img_.sizes() << ", expected [" << capacity << ", " << dim
+                                      << "] (loss.queue_size / model.embed_dim changed?)");
+  const int64_t p = state_[0].item<int64_t>(), f = state_[1].item<int64_t>();
+  FNVLP_CHECK(
+      f >= 0 && f <= capacity && p >= 0 && (capacity == 0 ? p == 0 : p < capacity) &&
+          (f == capacity || p == f),
+      "feature queue: inconsistent pointer " << p << " and fill " << f << " of " << capacity);
+}
+
+}  // namespace fnvlp::train

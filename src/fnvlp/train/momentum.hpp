@@ -1,0 +1,57 @@
+#pragma once
+// ALBEF momentum distillation state (Li et al. 2021, "Align before Fuse", §3.3): the momentum
+// model, an exponential moving average of the online model, and the queue of its earlier ITC
+// features. Both are replicated: every rank applies the same update to the same values (identical
+// online weights after the averaged optimizer step, identical all-gathered features), so they
+// need no communication and rank 0 alone writes them into a checkpoint.
+#include <torch/torch.h>
+
+#include <cstdint>
+
+namespace fnvlp::train {
+
+// theta_m <- m * theta_m + (1 - m) * theta over the parameters and buffers of two modules of the
+// same structure (ALBEF _momentum_update, applied here after each optimizer step taken). No
+// autograd. Throws fnvlp::Error when the structures differ.
+void ema_update(torch::nn::Module& momentum, const torch::nn::Module& online, double m);
+// theta_m <- theta (the momentum model's start: a copy of the online model, as ALBEF's
+// copy_params).
+void copy_module(torch::nn::Module& momentum, const torch::nn::Module& online);
+
+// Ring buffer of momentum features with the ids of the pairs they came from (ALBEF's image_queue,
+// text_queue and, from model_retrieval.py, idx_queue; here image_id and pair_id). Everything is a
+// buffer, so save_module / load_module (checkpoint.hpp) carry the whole state: features, ids, the
+// write pointer and the fill count.
+//
+// Entries are written at `ptr` and wrap around; the queue starts EMPTY and only its filled rows
+// are keys (rows [0, fill): while filling, the pointer has never wrapped). ALBEF starts from
+// random unit vectors instead, negatives that belong to no pair; an empty start keeps every key a
+// real pair's feature with a real image_id (a deviation from ALBEF, by design).
+class FeatureQueueImpl : public torch::nn::Module {
+ public:
+  FeatureQueueImpl(int64_t capacity, int64_t dim);
+  // Appends n rows in order (img/txt [n, dim], ids [n]). With n > capacity only the last
+  // `capacity` rows stay, where a row-by-row enqueue would have left them.
+  void enqueue(const torch::Tensor& img, const torch::Tensor& txt, const torch::Tensor& image_id,
+               const torch::Tensor& pair_id);
+  int64_t capacity() const { return img_.size(0); }
+  int64_t dim() const { return img_.size(1); }
+  int64_t fill() const { return state_[1].item<int64_t>(); }
+  int64_t ptr() const { return state_[0].item<int64_t>(); }
+  // The filled rows [0, fill) (views, storage order).
+  torch::Tensor img() const { return img_.narrow(0, 0, fill()); }
+  torch::Tensor txt() const { return txt_.narrow(0, 0, fill()); }
+  torch::Tensor image_id() const { return image_id_.narrow(0, 0, fill()); }
+  torch::Tensor pair_id() const { return pair_id_.narrow(0, 0, fill()); }
+  // Throws fnvlp::Error unless the buffers are [capacity, dim] with a consistent pointer and
+  // fill (after loading a checkpoint written with another queue_size or embed_dim).
+  void check(int64_t capacity, int64_t dim) const;
+
+ private:
+  torch::Tensor img_, txt_;           // float [capacity, dim]
+  torch::Tensor image_id_, pair_id_;  // int64 [capacity], -1 where empty
+  torch::Tensor state_;               // int64 [2]: ptr, fill
+};
+TORCH_MODULE(FeatureQueue);
+
+}  // namespace fnvlp::train
