@@ -8,20 +8,14 @@
 #  3. momentum with a negatives method is refused at start-up, saying why.
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
-work=$(mktemp -d "${TMPDIR:-/tmp}/fnvlp_momentum.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-mpirun=(mpirun --oversubscribe -np 2)
-"${mpirun[@]}" "$bin/data_prep/fnvlp-synth" --out "$work/synth" --images 64 --captions-per-image 5 \
-  --classes 8 --image-size 64 --seed 3 --val-fraction 0.1 >/dev/null
-"${mpirun[@]}" "$bin/data_prep/fnvlp-shard" --input "$work/synth/captions.json" --image-root "$work/synth" \
-  --split-file "$work/synth/splits.json" --split train --vocab "$vocab" --out "$work/shards" \
-  --image-size 64 --shard-size 300 >/dev/null
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" momentum
+synth_data "$work/synth" 64 5 8 3
+shard_split "$work/synth" train "$work/shards" --shard-size 300
 common=(--config "$src/jobs/configs/tiny.yaml" --data "$work/shards" --set train.batch_size=16
         --set train.max_steps=4 --set train.log_every=1 --set optim.warmup_steps=2
         --set checkpoint.every_steps=0 --set train.deterministic=true
         --set train.export_embeddings=false --set loss.soft_warmup_steps=2)
 momentum=(--set loss.soft_targets=momentum --set loss.momentum=0.9 --set loss.queue_size=40)
-fail() { echo "FAIL: $*"; exit 1; }
 
 echo "== uninterrupted momentum run"
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" "${momentum[@]}" --out "$work/a"
