@@ -205,6 +205,14 @@ fnvlp_forward_signal() {
   if [ -n "$FNVLP_LAUNCH_PID" ]; then kill -USR1 "$FNVLP_LAUNCH_PID" 2>/dev/null || true; fi
 }
 
+# Trap target for USR2 (`scancel --batch --signal=USR2 JOB`; plain `scancel --signal=USR2 JOB`
+# reaches srun's ranks directly): the ranks export every pair's embeddings after the current step
+# to RUN/embeddings/step-SSSSSSS.h5 and train on (src/fnvlp/train/signals.hpp).
+fnvlp_forward_export() {
+  fnvlp_log "received USR2: forwarding it to the ranks (export embeddings now, training goes on)"
+  if [ -n "$FNVLP_LAUNCH_PID" ]; then kill -USR2 "$FNVLP_LAUNCH_PID" 2>/dev/null || true; fi
+}
+
 # ---------------------------------------------------------------------------------------------
 # Submission helpers.
 
@@ -342,8 +350,9 @@ fnvlp_pretrain() {
 
   trap 'fnvlp_forward_signal USR1' USR1
   trap 'fnvlp_forward_signal TERM' TERM
+  trap fnvlp_forward_export USR2
   fnvlp_run_ranks "$FNVLP_RANKS" "$bin" "${args[@]}" || rc=$?
-  trap - USR1 TERM
+  trap - USR1 TERM USR2
   if [ "$rc" -eq 3 ]; then
     # The ranks saved a committed checkpoint: put the job back in the queue (same id, so the
     # afterok dependents keep waiting); the next start resumes from that checkpoint.

@@ -7,7 +7,8 @@
 #  3. a non-finite loss on one rank makes every rank skip that step, and it is counted;
 #  4. SIGKILL of every rank while checkpoints are being written leaves a committed checkpoint
 #     that --resume auto continues from, bitwise equal again;
-#  5. an exception on one rank ends every rank non-zero, promptly (no hang).
+#  5. an exception on one rank ends every rank non-zero, promptly (no hang);
+#  6. SIGUSR2 exports the embeddings of every pair at that step and training goes on unchanged.
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" pretrain
@@ -47,6 +48,18 @@ set -e
 [ "$rc" -eq 3 ] || fail "signalled run exited $rc, expected 3"
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --set train.max_steps=40 --out "$work/c" --resume auto
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --set train.max_steps=40 --out "$work/d"
+
+echo "== embeddings on demand: SIGUSR2 (injected after step 5; real, to mpirun) exports and goes on"
+"${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/x" --set train.inject_export_step=5
+"${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --set train.max_steps=40 --out "$work/y" &
+pid=$!
+for _ in $(seq 1 600); do
+  [ -f "$work/y/metrics.jsonl" ] && [ "$(wc -l <"$work/y/metrics.jsonl")" -ge 3 ] && break
+  sleep 0.1
+done
+kill -USR2 "$pid"
+wait "$pid" || fail "run exported on SIGUSR2 exited $?"
+[ "$(ls "$work/y/embeddings/"step-*.h5 | wc -l)" -eq 1 ] || fail "SIGUSR2 did not export exactly once"
 
 echo "== non-finite loss on rank 1 at step 4"
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/e" \
@@ -92,6 +105,21 @@ assert sorted(a) == list(range(1, 15)), sorted(a)
 assert a == b, "resumed run differs: " + str([(s, a[s], b.get(s)) for s in a if a[s] != b.get(s)][:3])
 c, d = metrics("c"), metrics("d")
 assert c == d, "signal-resumed run differs: " + str([(s, c[s], d.get(s)) for s in d if c.get(s) != d[s]][:3])
+# An on-demand export leaves the trajectory alone and writes every pair at that step.
+import glob
+import h5py, numpy as np
+for run, ref in (("x", a), ("y", d)):
+    x = metrics(run)
+    assert x == ref, "exporting on demand changed the losses of run %s: %s" % (
+        run, [(s, ref[s], x.get(s)) for s in ref if ref[s] != x.get(s)][:3])
+n = h5py.File(glob.glob(w + "/a/embeddings/epoch-*.h5")[0])["pair_id"].shape[0]
+for run, want in (("x", 5), ("y", None)):
+    (path,) = glob.glob(w + "/" + run + "/embeddings/step-*.h5")
+    with h5py.File(path) as e:
+        step = int(e.attrs["step"])
+        assert (want is None or step == want) and path.endswith("step-%07d.h5" % step), (path, step)
+        assert (e["pair_id"][:] == np.arange(n)).all() and e["image_emb"].shape[0] == n, path
+        assert np.isfinite(e["image_emb"][:]).all() and np.isfinite(e["text_emb"][:]).all(), path
 f = metrics("f")
 assert f == a, "run resumed after SIGKILL differs: " + str([(s, a[s], f.get(s)) for s in a if a[s] != f.get(s)][:3])
 sa = json.load(open(w + "/a/summary.json"))

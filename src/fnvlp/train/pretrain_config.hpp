@@ -154,8 +154,9 @@ struct TrainConfig {
   int64_t export_batch = 256;
   int64_t inject_nonfinite_step = -1;  // fault injection (tests): this step's loss becomes NaN
   int64_t inject_nonfinite_rank = 0;
-  int64_t inject_stop_step = -1;   // fault injection (tests): rank 0 raises SIGUSR1 after this step
-  int64_t inject_throw_step = -1;  // fault injection (tests): one rank throws at this step
+  int64_t inject_stop_step = -1;  // fault injection (tests): rank 0 raises SIGUSR1 after this step
+  int64_t inject_export_step = -1;  // tests: rank 0 raises SIGUSR2 (export now) after this step
+  int64_t inject_throw_step = -1;   // fault injection (tests): one rank throws at this step
   int64_t inject_throw_rank = 0;
   template <class V>
   void fields(V& v) {
@@ -172,6 +173,7 @@ struct TrainConfig {
     v("inject_nonfinite_step", inject_nonfinite_step);
     v("inject_nonfinite_rank", inject_nonfinite_rank);
     v("inject_stop_step", inject_stop_step);
+    v("inject_export_step", inject_export_step);
     v("inject_throw_step", inject_throw_step);
     v("inject_throw_rank", inject_throw_rank);
   }

@@ -20,11 +20,15 @@ bool g_installed = false;
 struct sigaction g_old_usr1 {};
 struct sigaction g_old_term {};
 
-extern "C" void on_stop_signal(int sig) { g_signal.store(sig, std::memory_order_relaxed); }
+std::atomic<int> g_export{0};
+struct sigaction g_old_usr2 {};
 
-void set_handler(int sig, struct sigaction* old) {
+extern "C" void on_stop_signal(int sig) { g_signal.store(sig, std::memory_order_relaxed); }
+extern "C" void on_export_signal(int) { g_export.store(1, std::memory_order_relaxed); }
+
+void set_handler(int sig, struct sigaction* old, void (*handler)(int) = on_stop_signal) {
   struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
+  sa.sa_handler = handler;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;  // blocking reads and MPI's system calls resume instead of failing
   FNVLP_CHECK(sigaction(sig, &sa, old) == 0,
@@ -38,6 +42,7 @@ void StopRequest::install() {
   if (g_installed) return;
   set_handler(SIGUSR1, &g_old_usr1);
   set_handler(SIGTERM, &g_old_term);
+  set_handler(SIGUSR2, &g_old_usr2, on_export_signal);
   g_installed = true;
 }
 
@@ -46,6 +51,7 @@ void StopRequest::uninstall() {
   if (!g_installed) return;
   sigaction(SIGUSR1, &g_old_usr1, nullptr);
   sigaction(SIGTERM, &g_old_term, nullptr);
+  sigaction(SIGUSR2, &g_old_usr2, nullptr);
   g_installed = false;
 }
 
@@ -78,6 +84,16 @@ bool agree_stop(const Comm& comm) {
       spdlog::warn("stop requested on another rank (signal {}): stopping after this step", any);
   }
   return any != 0;
+}
+
+bool ExportRequest::pending() { return g_export.load(std::memory_order_relaxed) != 0; }
+
+void ExportRequest::clear() { g_export.store(0, std::memory_order_relaxed); }
+
+bool agree_export(const Comm& comm) {
+  // exchange, not load + clear: a SIGUSR2 arriving after this point counts for the next step.
+  const int local = g_export.exchange(0, std::memory_order_relaxed);
+  return comm.allreduce_max<int32_t>(local) != 0;
 }
 
 }  // namespace fnvlp::train

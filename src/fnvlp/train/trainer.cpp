@@ -247,6 +247,9 @@ class Trainer {
               StopRequest::signal_number(), step_, kExitRequeue);
         break;
       }
+      if (step_ == cfg_.train.inject_export_step && comm_.is_root())
+        StopRequest::raise_for_test(SIGUSR2);
+      if (agree_export(comm_)) export_on_demand(dog);
       if (cfg_.checkpoint.every_steps > 0 && step_ % cfg_.checkpoint.every_steps == 0 &&
           step_ < total_steps_)
         save_checkpoint(dog, sampler_state);
@@ -886,14 +889,35 @@ class Trainer {
     return e;
   }
 
-  void export_embeddings(Watchdog& dog, MetricsWriter& metrics) {
-    auto guard = dog.long_phase("export embeddings");
-    data::Embeddings& e = last_embeddings_;
-    e = embed_dataset(dataset_);
+  // Every pair's embeddings with GloFND's lambda when it runs (what the analysis job reads).
+  data::Embeddings embed_training_set() {
+    data::Embeddings e = embed_dataset(dataset_);
     if (glofnd_) {  // blocks are contiguous and in rank order: the gather is in pair_id order
       e.glofnd_lambda_image = comm_.allgatherv(glofnd_->image.lambdas());
       e.glofnd_lambda_text = comm_.allgatherv(glofnd_->text.lambdas());
     }
+    return e;
+  }
+
+  // SIGUSR2 (ExportRequest): embeddings/step-SSSSSSS.h5 of the current weights, then training
+  // goes on. The samplers' cached embeddings (last_embeddings_) stay those of the epoch end, and
+  // no RNG stream is consumed, so the run's trajectory is unchanged.
+  void export_on_demand(Watchdog& dog) {
+    auto guard = dog.long_phase("export embeddings");
+    const data::Embeddings e = embed_training_set();
+    const std::string path = fmt::format("{}/step-{:07d}.h5", run_.embeddings_dir(), step_);
+    comm_.collective([&] {
+      if (comm_.is_root()) data::write_embeddings(path, e);
+    });
+    if (comm_.is_root())
+      spdlog::info("pretrain: embeddings of {} pairs at step {} -> {} (requested by SIGUSR2)",
+                   e.size(), step_, path);
+  }
+
+  void export_embeddings(Watchdog& dog, MetricsWriter& metrics) {
+    auto guard = dog.long_phase("export embeddings");
+    data::Embeddings& e = last_embeddings_;
+    e = embed_training_set();
     comm_.collective([&] {
       if (comm_.is_root()) data::write_embeddings(run_.embeddings_path(epoch_), e);
     });
