@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Runs one libFuzzer target for SECONDS over a scratch copy of its committed corpus.
-# Usage: run_fuzz.sh TARGET CORPUS_DIR WORK_DIR [SECONDS=30]
+# Runs one libFuzzer target over a scratch copy of its committed corpus, for RUNS inputs (-1: no
+# limit) or SECONDS, whichever ends first.
+# Usage: run_fuzz.sh TARGET CORPUS_DIR WORK_DIR [SECONDS=30] [RUNS=-1]
+# The mutation seed is FNVLP_FUZZ_SEED (default 1): with a fixed seed and a RUNS limit reached
+# before SECONDS the run is reproducible, which is what CI needs; FNVLP_FUZZ_SEED=0 lets libFuzzer
+# draw one (exploratory runs, tests/fuzz/README.md).
 # Fails (non-zero) on any crash, sanitizer report, leak, timeout (> 10 s per input) or OOM;
 # libFuzzer then writes the reproducer into WORK_DIR (crash-*, timeout-*, oom-*).
 set -euo pipefail
-target=$(realpath "$1") corpus=$(realpath "$2") work=$(realpath -m "$3") seconds=${4:-30}
+target=$(realpath "$1") corpus=$(realpath "$2") work=$(realpath -m "$3") seconds=${4:-30} runs=${5:--1}
+seed=${FNVLP_FUZZ_SEED:-1}
 [ -d "$corpus" ] && [ -n "$(ls -A "$corpus")" ] || { echo "FAIL: empty corpus $corpus"; exit 1; }
 rm -rf "$work"
 mkdir -p "$work/corpus"
@@ -13,10 +18,10 @@ cd "$work"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 set +e
-"$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=3072 -max_len=65536 \
+"$target" -seed="$seed" -runs="$runs" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=3072 -max_len=65536 \
   -print_final_stats=1 "$work/corpus" >"$work/fuzz.log" 2>&1
 rc=$?
 set -e
 tail -n 40 "$work/fuzz.log"
-echo "fuzz: $(basename "$target") ran ${seconds}s from $(ls "$corpus" | wc -l) seeds, exit $rc"
+echo "fuzz: $(basename "$target") seed $seed, limits ${runs} runs / ${seconds}s, from $(ls "$corpus" | wc -l) inputs, exit $rc"
 exit "$rc"

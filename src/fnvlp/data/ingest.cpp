@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "fnvlp/core/error.hpp"
+#include "fnvlp/core/json_int.hpp"
 #include "fnvlp/data/tokenizer.hpp"
 
 namespace fnvlp::data {
@@ -28,7 +29,7 @@ std::string Reject::to_json_line() const {
 
 Reject Reject::from_json_line(const std::string& line) {
   const json j = json::parse(line);
-  return {j.at("record").get<int64_t>(), j.at("reason").get<std::string>(),
+  return {json_integer<int64_t>(j.at("record")), j.at("reason").get<std::string>(),
           j.at("source").get<std::string>(), j.at("detail").get<std::string>()};
 }
 
@@ -131,7 +132,7 @@ std::string join_root(const std::string& root, const std::string& rel) {
 
 std::string id_string(const json& v) {
   if (v.is_string()) return v.get<std::string>();
-  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+  if (v.is_number_integer()) return v.dump();  // exact, also above INT64_MAX
   throw std::invalid_argument("image_id must be a string or an integer");
 }
 
@@ -191,7 +192,7 @@ void read_albef(const std::string& text, Collector& c, const std::string& file) 
       if (image.empty()) throw std::invalid_argument("'image' is empty");
       const std::string image_id =
           j->contains("image_id") ? id_string(j->at("image_id")) : stem_of(image);
-      const int32_t label = j->contains("label") ? j->at("label").get<int32_t>() : -1;
+      const int32_t label = j->contains("label") ? json_integer<int32_t>(j->at("label")) : -1;
       const json& cap = j->at("caption");
       std::vector<std::string> captions;
       if (cap.is_array()) {
@@ -223,7 +224,7 @@ void read_coco(const std::string& text, Collector& c, const std::string& file) {
     try {
       const json j = json::parse(text.begin() + static_cast<long>(sp.begin),
                                  text.begin() + static_cast<long>(sp.end));
-      file_names[j.at("id").get<int64_t>()] = j.at("file_name").get<std::string>();
+      file_names[json_integer<int64_t>(j.at("id"))] = j.at("file_name").get<std::string>();
     } catch (const std::exception& e) {
       FNVLP_FAIL(file << ": images[" << i << "] is not a valid COCO image entry: " << e.what());
     }
@@ -235,7 +236,7 @@ void read_coco(const std::string& text, Collector& c, const std::string& file) {
     auto j = parse_record(c, text, spans[i], rec);
     if (!j) continue;
     try {
-      const int64_t image_id = j->at("image_id").get<int64_t>();
+      const int64_t image_id = json_integer<int64_t>(j->at("image_id"));
       const auto it = file_names.find(image_id);
       if (it == file_names.end())
         throw std::invalid_argument("image_id " + std::to_string(image_id) + " is not in 'images'");

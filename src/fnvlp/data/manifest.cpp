@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "fnvlp/core/error.hpp"
+#include "fnvlp/core/json_int.hpp"
 #include "fnvlp/core/sha256.hpp"
 #include "fnvlp/data/shard.hpp"
 
@@ -40,15 +41,7 @@ json Manifest::to_json() const {
 }
 
 namespace {
-// An integer field: a float such as 1e111 would make get<int64_t>() undefined behaviour (found by
-// tests/fuzz/fuzz_manifest), so anything but a JSON integer is a malformed manifest.
-int64_t integer(const json& v) {
-  if (!v.is_number_integer())
-    throw std::invalid_argument("expected an integer, got " + v.dump().substr(0, 40));
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-    throw std::invalid_argument("integer " + v.dump() + " is out of range");
-  return v.get<int64_t>();
-}
+int64_t integer(const json& v) { return json_integer<int64_t>(v); }
 }  // namespace
 
 Manifest Manifest::from_json(const json& j, const std::string& context) {

@@ -97,6 +97,44 @@ TEST(Ingest, CocoCaptions) {
   EXPECT_EQ(reasons(r).at(1), "malformed_record");
 }
 
+// A float where an integer belongs is a malformed record, not a cast: nlohmann casts a float to an
+// integer without a range check (undefined for 7.8e108, found by tests/fuzz/fuzz_ingest).
+TEST(Ingest, NonIntegerIdsAndLabelsAreMalformed) {
+  const std::string coco =
+      "{\"images\": [{\"id\": 5, \"file_name\": \"x5.jpg\"}],"
+      " \"annotations\": [{\"image_id\": 7.77778e+108, \"caption\": \"huge\"},"
+      " {\"image_id\": 5.0, \"caption\": \"float\"},"
+      " {\"image_id\": 5, \"caption\": \"five\"}]}";
+  const auto r =
+      read_input(write_file("coco_float.json", coco), InputFormat::kCoco, "", std::nullopt);
+  ASSERT_EQ(r.records.size(), 1u);
+  EXPECT_EQ(r.records[0].caption, "five");
+  ASSERT_EQ(r.rejects.size(), 2u);
+  for (const auto& rej : r.rejects) {
+    EXPECT_EQ(rej.reason, "malformed_record");
+    EXPECT_NE(rej.detail.find("expected an integer"), std::string::npos) << rej.detail;
+  }
+  // An image id that is not an integer breaks the whole images table: a file error.
+  const auto bad_images =
+      write_file("coco_float_images.json",
+                 "{\"images\": [{\"id\": 1e300, \"file_name\": \"x.jpg\"}], \"annotations\": []}");
+  try {
+    read_input(bad_images, InputFormat::kCoco, "", std::nullopt);
+    FAIL() << "accepted a float image id";
+  } catch (const fnvlp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("images[0]"), std::string::npos) << e.what();
+  }
+  const std::string albef =
+      "[{\"image\": \"a.jpg\", \"caption\": \"x\", \"label\": 3e12},"
+      " {\"image\": \"b.jpg\", \"caption\": \"y\", \"label\": 4294967296},"
+      " {\"image\": \"c.jpg\", \"caption\": \"z\", \"image_id\": 18446744073709551615}]";
+  const auto a =
+      read_input(write_file("albef_labels.json", albef), InputFormat::kAlbef, "", std::nullopt);
+  ASSERT_EQ(a.records.size(), 1u);  // labels must fit int32; large integer ids stay exact
+  EXPECT_EQ(reasons(a).at(0), "malformed_record");
+  EXPECT_EQ(reasons(a).at(1), "malformed_record");
+}
+
 TEST(Ingest, FlickrTokenLines) {
   const std::string text =
       "1000_a.jpg#0\tA child in pink .\r\n"
