@@ -75,13 +75,15 @@ KOKKOS_INLINE_FUNCTION int64_t target_rank(double alpha, int64_t n) {
   return k < 1 ? 1 : (k > n ? n : k);
 }
 
-// Histogram bin of a similarity over [-1, 1] (values outside go to the edge bins). A monotone
-// function of s alone, so bins do not depend on tiling or rank count.
+// Histogram bin of a similarity over [-1, 1] (values outside go to the edge bins, NaN to bin 0). A
+// monotone function of s alone, so bins do not depend on tiling or rank count. Written as a clamp
+// (no branches) so the tile loop below vectorises it.
 KOKKOS_INLINE_FUNCTION int32_t sim_bin(float s, int32_t bins) {
   const float x = (s + 1.0f) * (0.5f * static_cast<float>(bins));
-  if (!(x > 0.0f)) return 0;
-  if (x >= static_cast<float>(bins)) return bins - 1;
-  return static_cast<int32_t>(x);
+  const float top = static_cast<float>(bins - 1);
+  float y = x > 0.0f ? x : 0.0f;  // NaN compares false: bin 0
+  y = y < top ? y : top;
+  return static_cast<int32_t>(y);
 }
 
 // Per-row streaming state for one block of anchors (R rows).
@@ -99,12 +101,14 @@ struct RowState {
   View1<int64_t, Space> eq_n, eq_lab;    // values == tau, of which same label
   View1<int64_t, Space> lam_n, lam_lab;  // values >= lambda, of which same label
   View1<float, Space> vmin, vmax;
-  // FNC simulation: the anchor's random batch, and its similarities to that batch's negatives,
-  // picked out of the same stream (no second GEMM).
-  View1<int64_t, Space> batch;
+  // FNC simulation: the anchor's similarities to its random batch's negatives, picked out of the
+  // same stream (no second GEMM).
   View2<float, Space> bat_val;    // R x batch_size
   View2<uint8_t, Space> bat_lab;  // R x batch_size
   View1<int64_t, Space> bat_n;
+  // The anchor's positives (same image_id) and its FNC batch as ranges [begin, end) of column
+  // lists sorted by column (ColumnGroups), with a cursor that the tiles advance.
+  View1<int64_t, Space> pos_begin, pos_end, pos_cur, bat_begin, bat_end, bat_cur;
 
   RowState() = default;
   RowState(int64_t rows, int32_t bins, int64_t capacity, int64_t batch_size)
@@ -125,18 +129,24 @@ struct RowState {
         lam_lab("fnvlp::similarity::lam_lab", rows),
         vmin("fnvlp::similarity::vmin", rows),
         vmax("fnvlp::similarity::vmax", rows),
-        batch("fnvlp::similarity::batch", rows),
         bat_val(Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::bat_val"), rows,
                 batch_size),
         bat_lab(Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::bat_lab"), rows,
                 batch_size),
-        bat_n("fnvlp::similarity::bat_n", rows) {}
+        bat_n("fnvlp::similarity::bat_n", rows),
+        pos_begin("fnvlp::similarity::pos_begin", rows),
+        pos_end("fnvlp::similarity::pos_end", rows),
+        pos_cur("fnvlp::similarity::pos_cur", rows),
+        bat_begin("fnvlp::similarity::bat_begin", rows),
+        bat_end("fnvlp::similarity::bat_end", rows),
+        bat_cur("fnvlp::similarity::bat_cur", rows) {}
   int64_t rows() const { return static_cast<int64_t>(res_n.extent(0)); }
   int32_t bins() const { return static_cast<int32_t>(hist.extent(1)); }
   int64_t capacity() const { return static_cast<int64_t>(res_val.extent(1)); }
 };
 
-// Clears the streaming part of the state (ids, k and lambda are filled by the caller).
+// Clears the streaming part of the state (ids, k, lambda and the column ranges are filled by the
+// caller).
 template <typename Space>
 void reset_rows(const Space& space, const RowState<Space>& st, int64_t rows) {
   Kokkos::deep_copy(space, st.hist, 0);
@@ -145,6 +155,8 @@ void reset_rows(const Space& space, const RowState<Space>& st, int64_t rows) {
       KOKKOS_LAMBDA(const int64_t i) {
         st.res_n(i) = 0;
         st.bat_n(i) = 0;
+        st.pos_cur(i) = st.pos_begin(i);
+        st.bat_cur(i) = st.bat_begin(i);
         st.tau(i) = -Kokkos::Experimental::infinity<float>::value;
         st.eq_n(i) = st.eq_lab(i) = st.lam_n(i) = st.lam_lab(i) = 0;
         st.vmin(i) = Kokkos::Experimental::infinity<float>::value;
@@ -154,15 +166,28 @@ void reset_rows(const Space& space, const RowState<Space>& st, int64_t rows) {
 
 // Folds one tile of similarities S (rows x T, row i = anchor i against candidates c0..c0+T) into
 // the row state: histogram, min/max, counts >= lambda, and the threshold reservoir.
+//
+// Cost per similarity is what decides simstat's speed against the GEMM (a few ns per value each),
+// so the per-value loop holds only what every value needs, in a form the compiler vectorises: its
+// bin and a comparison with min(tau, lambda) and the running minimum. The rest is moved off it:
+// - positives (the anchor's own image_id, a handful per row) are overwritten with NaN in the tile
+//   first, found through `pos_cols` (column ids grouped by image_id, sorted by column); NaN fails
+//   every comparison and lands in bin 0, from which they are taken back out;
+// - the FNC batch is gathered through `bat_cols` (columns grouped by batch), O(batch) per row;
+// - values that reach tau or lambda or a new minimum (about k log(N / k) + alpha N + log N per row)
+//   take the scalar path (min/max, label, reservoir, tie and lambda counts) in column order, so the
+//   results are the same bits as a plain loop over the row.
+// S is the caller's scratch tile and is modified.
 template <typename Space, typename SimView, typename IdView, typename LabelView>
-void accumulate_tile(const Space& space, const SimView& sims, const IdView& col_image_id,
-                     const LabelView& col_label, const IdView& col_batch, const RowState<Space>& st,
-                     int64_t rows) {
+void accumulate_tile(const Space& space, const SimView& sims, int64_t c0,
+                     const IdView& col_image_id, const LabelView& col_label, const IdView& pos_cols,
+                     const IdView& bat_cols, const RowState<Space>& st, int64_t rows) {
   static_assert(Kokkos::SpaceAccessibility<Space, typename SimView::memory_space>::accessible,
                 "similarity tile must be accessible from the execution space");
   static_assert(Kokkos::SpaceAccessibility<Space, typename IdView::memory_space>::accessible,
                 "column ids must be accessible from the execution space");
   const int64_t cols = static_cast<int64_t>(sims.extent(1));
+  const int64_t c1 = c0 + cols;
   const int32_t bins = st.bins();
   const int64_t cap = st.capacity();
   Kokkos::parallel_for(
@@ -172,55 +197,91 @@ void accumulate_tile(const Space& space, const SimView& sims, const IdView& col_
         if (k == 0) return;  // no negatives at all: nothing to select
         const int64_t self = st.image_id(i);
         const int32_t lab = st.label(i);
-        const float lam = st.lambda(i);
-        const bool has_lam = lam == lam;
-        const int64_t my_batch = st.batch(i);
+        const float lam = st.lambda(i);  // NaN when absent: s >= lam is then always false
+        float* row = &sims(i, 0);
+        // FNC batch: this tile's columns of the anchor's batch, positives left out.
         const int64_t batch_cap = static_cast<int64_t>(st.bat_val.extent(1));
-        int64_t nb = st.bat_n(i);
+        int64_t nb = st.bat_n(i), bc = st.bat_cur(i);
+        const int64_t be = st.bat_end(i);
+        for (; nb < batch_cap && bc < be && bat_cols(bc) < c1; ++bc) {  // full: never read again
+          const int64_t j = bat_cols(bc) - c0;
+          if (col_image_id(j) == self) continue;
+          st.bat_val(i, nb) = row[j];
+          st.bat_lab(i, nb) = (lab >= 0 && col_label(j) == lab) ? 1 : 0;
+          ++nb;
+        }
+        st.bat_cur(i) = bc;
+        st.bat_n(i) = nb;
+        // Positives out of the stream.
+        int64_t pc = st.pos_cur(i), marked = 0;
+        const int64_t pe = st.pos_end(i);
+        for (; pc < pe && pos_cols(pc) < c1; ++pc, ++marked)
+          row[pos_cols(pc) - c0] = std::numeric_limits<float>::quiet_NaN();
+        st.pos_cur(i) = pc;
+
         float tau = st.tau(i), lo = st.vmin(i), hi = st.vmax(i);
         int64_t n = st.res_n(i), eq_n = st.eq_n(i), eq_lab = st.eq_lab(i);
         int64_t lam_n = st.lam_n(i), lam_lab = st.lam_lab(i);
         float* vals = &st.res_val(i, 0);
         uint8_t* flags = &st.res_lab(i, 0);
         int32_t* hist = &st.hist(i, 0);
-        for (int64_t j = 0; j < cols; ++j) {
-          if (col_image_id(j) == self) continue;  // a known positive, not a negative
-          const float s = sims(i, j);
-          const uint8_t same = (lab >= 0 && col_label(j) == lab) ? 1 : 0;
-          ++hist[sim_bin(s, bins)];
-          lo = s < lo ? s : lo;
-          hi = s > hi ? s : hi;
-          if (col_batch(j) == my_batch && nb < batch_cap) {
-            st.bat_val(i, nb) = s;
-            st.bat_lab(i, nb) = same;
-            ++nb;
+        constexpr int64_t kChunk = 64;
+        int32_t bin[kChunk], hot[kChunk], idx[kChunk];
+        for (int64_t j0 = 0; j0 < cols; j0 += kChunk) {
+          const int64_t len = cols - j0 < kChunk ? cols - j0 : kChunk;
+          const float* x = row + j0;
+          // Vectorisable: bins, and which values reach tau or lambda or go below the minimum (the
+          // maximum needs no test of its own: it is never below tau).
+          const float thr = lam < tau ? lam : tau;  // lam NaN: tau
+          for (int64_t t = 0; t < len; ++t) {
+            const float s = x[t];
+            bin[t] = sim_bin(s, bins);
+            hot[t] = static_cast<int32_t>(s >= thr) | static_cast<int32_t>(s < lo);
           }
-          if (has_lam && s >= lam) {
-            ++lam_n;
-            lam_lab += same;
+          // Histogram, and the hot values' positions gathered without a branch (with alpha = 1%
+          // most chunks hold one, so the chunk itself cannot be the unit that is skipped).
+          int32_t n_hot = 0;
+          for (int64_t t = 0; t < len; ++t) {
+            ++hist[bin[t]];
+            idx[n_hot] = static_cast<int32_t>(t);
+            n_hot += hot[t];
           }
-          if (s > tau) {
-            vals[n] = s;
-            flags[n] = same;
-            if (++n == cap) {
-              // Buffer full (cap >= 2k > k): raise tau to its k-th largest value.
-              const Selection sel = select_kth_largest(vals, flags, n, k);
-              tau = sel.value;
-              eq_n = sel.ge - sel.gt;
-              eq_lab = 0;
-              for (int64_t t = sel.gt; t < sel.ge; ++t) eq_lab += flags[t];
-              n = sel.gt;
+          // tau and lo only move inwards within the chunk, so a value that was not hot against
+          // their values at its start cannot matter now.
+          for (int32_t h = 0; h < n_hot; ++h) {
+            const int64_t t = idx[h];
+            const float s = x[t];  // NaN (a positive) is never hot
+            lo = s < lo ? s : lo;
+            hi = s > hi ? s : hi;
+            if (!(s >= tau) && !(s >= lam)) continue;
+            const uint8_t same = (lab >= 0 && col_label(j0 + t) == lab) ? 1 : 0;
+            if (s >= lam) {
+              ++lam_n;
+              lam_lab += same;
             }
-          } else if (s == tau) {
-            ++eq_n;
-            eq_lab += same;
+            if (s > tau) {
+              vals[n] = s;
+              flags[n] = same;
+              if (++n == cap) {
+                // Buffer full (cap >= 2k > k): raise tau to its k-th largest value.
+                const Selection sel = select_kth_largest(vals, flags, n, k);
+                tau = sel.value;
+                eq_n = sel.ge - sel.gt;
+                eq_lab = 0;
+                for (int64_t u = sel.gt; u < sel.ge; ++u) eq_lab += flags[u];
+                n = sel.gt;
+              }
+            } else if (s == tau) {
+              ++eq_n;
+              eq_lab += same;
+            }
           }
         }
+        hist[0] -= static_cast<int32_t>(marked);  // the NaN positives
         st.tau(i) = tau;
         st.vmin(i) = lo;
         st.vmax(i) = hi;
         st.res_n(i) = n;
-        st.bat_n(i) = nb;
         st.eq_n(i) = eq_n;
         st.eq_lab(i) = eq_lab;
         st.lam_n(i) = lam_n;

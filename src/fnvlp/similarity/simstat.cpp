@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <random>
 #include <unordered_map>
 
@@ -54,6 +55,34 @@ void check_finite(const float* v, int64_t rows, int64_t dim, int64_t row0, const
     for (int64_t k = 0; k < dim; ++k)
       FNVLP_CHECK(std::isfinite(v[i * dim + k]), what << " embedding of pair " << row0 + i
                                                       << " has a non-finite value at column " << k);
+}
+
+// Column ids grouped by a key (image_id, FNC batch), each group sorted by column: a row's positives
+// and its batch become one range [begin, end) that the tiles walk in order (accumulate_tile).
+struct ColumnGroups {
+  std::vector<int64_t> cols;
+  std::unordered_map<int64_t, std::pair<int64_t, int64_t>> range;
+  std::pair<int64_t, int64_t> of(int64_t key) const {
+    const auto it = range.find(key);
+    return it == range.end() ? std::pair<int64_t, int64_t>{0, 0} : it->second;
+  }
+};
+
+ColumnGroups group_columns(const std::vector<int64_t>& key) {
+  ColumnGroups g;
+  g.cols.resize(key.size());
+  std::iota(g.cols.begin(), g.cols.end(), int64_t{0});
+  std::stable_sort(g.cols.begin(), g.cols.end(), [&](int64_t a, int64_t b) {
+    return key[static_cast<size_t>(a)] < key[static_cast<size_t>(b)];
+  });
+  const auto n = static_cast<int64_t>(g.cols.size());
+  for (int64_t b = 0, e; b < n; b = e) {
+    const int64_t v = key[static_cast<size_t>(g.cols[static_cast<size_t>(b)])];
+    for (e = b + 1; e < n && key[static_cast<size_t>(g.cols[static_cast<size_t>(e)])] == v; ++e) {
+    }
+    g.range[v] = {b, e};
+  }
+  return g;
 }
 
 }  // namespace
@@ -159,6 +188,11 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
   const int64_t block = std::clamp<int64_t>(budget / per_row, 1, std::max<int64_t>(p.row_block, 1));
 
   ExecSpace space;
+  ColumnGroups by_id, by_batch;
+  if (!p.gemm_only) {
+    by_id = group_columns(image_id);
+    by_batch = group_columns(batch);
+  }
   std::vector<float> cand(static_cast<size_t>(tile * dim));
   std::vector<float> sims(static_cast<size_t>(std::min(block, std::max<int64_t>(rows, 1)) * tile));
   RowState<ExecSpace> st;
@@ -183,7 +217,19 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
       upload<int32_t>(st.label, label.data() + row0 + b0, rb);
       upload<int64_t>(st.k, k.data() + b0, rb);
       upload<float>(st.lambda, lambda ? lambda + b0 : no_lambda.data(), rb);
-      upload<int64_t>(st.batch, batch.data() + row0 + b0, rb);
+      std::vector<int64_t> ranges(static_cast<size_t>(4 * rb));
+      for (int64_t i = 0; i < rb; ++i) {
+        const auto g = static_cast<size_t>(row0 + b0 + i);
+        const auto pos = by_id.of(image_id[g]), bat = by_batch.of(batch[g]);
+        ranges[static_cast<size_t>(i)] = pos.first;
+        ranges[static_cast<size_t>(rb + i)] = pos.second;
+        ranges[static_cast<size_t>(2 * rb + i)] = bat.first;
+        ranges[static_cast<size_t>(3 * rb + i)] = bat.second;
+      }
+      upload<int64_t>(st.pos_begin, ranges.data(), rb);
+      upload<int64_t>(st.pos_end, ranges.data() + rb, rb);
+      upload<int64_t>(st.bat_begin, ranges.data() + 2 * rb, rb);
+      upload<int64_t>(st.bat_end, ranges.data() + 3 * rb, rb);
       reset_rows(space, st, rb);
     }
     for (int64_t c0 = 0; c0 < n_cols; c0 += tile) {
@@ -192,10 +238,10 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
       if (b0 == 0) check_finite(cand.data(), tc, dim, c0, "candidate");
       similarity_tile(anchors + b0 * dim, rb, cand.data(), tc, dim, sims.data());
       if (p.gemm_only) continue;
-      const HostUnmanaged2<const float> sv(sims.data(), static_cast<size_t>(rb),
-                                           static_cast<size_t>(tc));
-      accumulate_tile(space, sv, host_view(image_id, c0, tc), host_view(label, c0, tc),
-                      host_view(batch, c0, tc), st, rb);
+      const HostUnmanaged2<float> sv(sims.data(), static_cast<size_t>(rb), static_cast<size_t>(tc));
+      accumulate_tile(space, sv, c0, host_view(image_id, c0, tc), host_view(label, c0, tc),
+                      host_view(by_id.cols, 0, n_cols), host_view(by_batch.cols, 0, n_cols), st,
+                      rb);
     }
     if (p.gemm_only) continue;
     finalize_rows(space, st, res, rb);
