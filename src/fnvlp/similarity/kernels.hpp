@@ -86,6 +86,56 @@ KOKKOS_INLINE_FUNCTION int32_t sim_bin(float s, int32_t bins) {
   return static_cast<int32_t>(y);
 }
 
+// Makes room in a full reservoir (n values > tau, eq_n values == tau; cap >= 2k) by raising tau,
+// keeping the invariant: every value seen that is > tau is in vals[0, n), eq_n / eq_lab count the
+// seen values == tau, and tau is below the k-th largest value seen.
+// First try, cheaply, a histogram cut: from the top bin down, the bin b of the k-th largest value
+// counted so far (the histogram may already count later values of the current chunk, which only
+// raises b); every reservoir value in a lower bin is below that k-th largest, so the largest of
+// them becomes tau. It costs O(bins scanned + n) with no data-dependent branches, against a
+// quickselect that mispredicts about every other comparison. It is taken when it keeps at least k
+// values (else the k-th largest could be lost among ties at tau) and frees at least a quarter of
+// the buffer; otherwise (ties, very few distinct bins, small k) the exact selection raises tau to
+// the k-th largest itself.
+KOKKOS_INLINE_FUNCTION void shrink_reservoir(float* vals, uint8_t* flags, int64_t& n, int64_t k,
+                                             float& tau, int64_t& eq_n, int64_t& eq_lab,
+                                             const int32_t* hist, int32_t bins, float hi) {
+  int32_t b = sim_bin(hi, bins);
+  for (int64_t above = hist[b]; b > 0 && above < k;) above += hist[--b];
+  int64_t keep = 0;
+  float cut = -Kokkos::Experimental::infinity<float>::value;  // largest value in a bin below b
+  for (int64_t u = 0; u < n; ++u) {
+    const float v = vals[u];
+    const bool kept = sim_bin(v, bins) >= b;
+    keep += kept;
+    cut = (!kept && v > cut) ? v : cut;
+  }
+  if (b > 0 && keep >= k && keep <= n - n / 4) {
+    // Bins are monotone in the value: the kept values are exactly those > cut.
+    int64_t w = 0, ties = 0, ties_lab = 0;
+    for (int64_t u = 0; u < n; ++u) {
+      const float v = vals[u];
+      const uint8_t f = flags[u];
+      vals[w] = v;
+      flags[w] = f;
+      w += v > cut;
+      ties += v == cut;
+      ties_lab += (v == cut) ? f : 0;
+    }
+    tau = cut;
+    eq_n = ties;
+    eq_lab = ties_lab;
+    n = w;
+    return;
+  }
+  const Selection sel = select_kth_largest(vals, flags, n, k);
+  tau = sel.value;
+  eq_n = sel.ge - sel.gt;
+  eq_lab = 0;
+  for (int64_t u = sel.gt; u < sel.ge; ++u) eq_lab += flags[u];
+  n = sel.gt;
+}
+
 // Per-row streaming state for one block of anchors (R rows).
 template <typename Space>
 struct RowState {
@@ -262,15 +312,8 @@ void accumulate_tile(const Space& space, const SimView& sims, int64_t c0,
             if (s > tau) {
               vals[n] = s;
               flags[n] = same;
-              if (++n == cap) {
-                // Buffer full (cap >= 2k > k): raise tau to its k-th largest value.
-                const Selection sel = select_kth_largest(vals, flags, n, k);
-                tau = sel.value;
-                eq_n = sel.ge - sel.gt;
-                eq_lab = 0;
-                for (int64_t u = sel.gt; u < sel.ge; ++u) eq_lab += flags[u];
-                n = sel.gt;
-              }
+              if (++n == cap)
+                shrink_reservoir(vals, flags, n, k, tau, eq_n, eq_lab, hist, bins, hi);
             } else if (s == tau) {
               ++eq_n;
               eq_lab += same;
