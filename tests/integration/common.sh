@@ -20,3 +20,12 @@ shard_split() {
     --split-file "$synth/splits.json" --split "$split" --vocab "$vocab" --out "$out" \
     --image-size 64 "$@" >/dev/null
 }
+
+# wait_metrics_lines RUN N: waits up to 60 s until RUN/metrics.jsonl has N lines (the job is
+# training, so a signal sent next arrives mid-run); the caller checks what follows.
+wait_metrics_lines() {
+  for _ in $(seq 1 600); do
+    [ -f "$1/metrics.jsonl" ] && [ "$(wc -l <"$1/metrics.jsonl")" -ge "$2" ] && return
+    sleep 0.1
+  done
+}

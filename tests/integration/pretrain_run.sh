@@ -36,10 +36,7 @@ set -e
 echo "== real SIGUSR1 to mpirun mid-run, then resume"
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --set train.max_steps=40 --out "$work/c" &
 pid=$!
-for _ in $(seq 1 600); do
-  [ -f "$work/c/metrics.jsonl" ] && [ "$(wc -l <"$work/c/metrics.jsonl")" -ge 3 ] && break
-  sleep 0.1
-done
+wait_metrics_lines "$work/c" 3
 kill -USR1 "$pid"
 set +e
 wait "$pid"
@@ -53,10 +50,7 @@ echo "== embeddings on demand: SIGUSR2 (injected after step 5; real, to mpirun) 
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/x" --set train.inject_export_step=5
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --set train.max_steps=40 --out "$work/y" &
 pid=$!
-for _ in $(seq 1 600); do
-  [ -f "$work/y/metrics.jsonl" ] && [ "$(wc -l <"$work/y/metrics.jsonl")" -ge 3 ] && break
-  sleep 0.1
-done
+wait_metrics_lines "$work/y" 3
 kill -USR2 "$pid"
 wait "$pid" || fail "run exported on SIGUSR2 exited $?"
 [ "$(ls "$work/y/embeddings/"step-*.h5 | wc -l)" -eq 1 ] || fail "SIGUSR2 did not export exactly once"
@@ -68,10 +62,7 @@ echo "== non-finite loss on rank 1 at step 4"
 echo "== SIGKILL of every rank mid-run (a checkpoint every step), then resume"
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/f" --set checkpoint.every_steps=1 &
 pid=$!
-for _ in $(seq 1 600); do
-  [ -f "$work/f/metrics.jsonl" ] && [ "$(wc -l <"$work/f/metrics.jsonl")" -ge 6 ] && break
-  sleep 0.1
-done
+wait_metrics_lines "$work/f" 6
 pkill -9 -f "fnvlp-pretrain.*$work/f" || true
 kill -9 "$pid" 2>/dev/null || true
 wait "$pid" 2>/dev/null || true

@@ -86,10 +86,6 @@ bool agree_stop(const Comm& comm) {
   return any != 0;
 }
 
-bool ExportRequest::pending() { return g_export.load(std::memory_order_relaxed) != 0; }
-
-void ExportRequest::clear() { g_export.store(0, std::memory_order_relaxed); }
-
 bool agree_export(const Comm& comm) {
   // exchange, not load + clear: a SIGUSR2 arriving after this point counts for the next step.
   const int local = g_export.exchange(0, std::memory_order_relaxed);

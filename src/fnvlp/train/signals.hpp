@@ -20,7 +20,7 @@ inline constexpr int kExitRequeue = 3;
 
 class StopRequest {
  public:
-  // Installs the SIGUSR1 and SIGTERM handlers, and SIGUSR2 for ExportRequest (idempotent); the
+  // Installs the SIGUSR1 and SIGTERM handlers, and SIGUSR2 for agree_export (idempotent); the
   // previous ones are kept so that uninstall() can restore them.
   static void install();
   static void uninstall();
@@ -43,13 +43,7 @@ bool agree_stop(const Comm& comm);
 
 // On-demand embedding export: SIGUSR2 (`scancel --signal=USR2 JOB`, or `kill -USR2` to mpirun,
 // which forwards it) asks the trainer to export the embeddings of every pair after the current
-// step and go on training. Installed with StopRequest::install(); the handler only sets a flag.
-class ExportRequest {
- public:
-  static bool pending();
-  static void clear();
-};
-
+// step and go on training. The handler, installed by StopRequest::install(), only sets a flag.
 // Collective, once per step on every rank: true on every rank when any rank received SIGUSR2
 // since the last agreement (which consumes the local requests), so all ranks export after the
 // same step.

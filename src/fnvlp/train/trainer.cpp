@@ -899,7 +899,7 @@ class Trainer {
     return e;
   }
 
-  // SIGUSR2 (ExportRequest): embeddings/step-SSSSSSS.h5 of the current weights, then training
+  // SIGUSR2 (agree_export): embeddings/step-SSSSSSS.h5 of the current weights, then training
   // goes on. The samplers' cached embeddings (last_embeddings_) stay those of the epoch end, and
   // no RNG stream is consumed, so the run's trajectory is unchanged.
   void export_on_demand(Watchdog& dog) {
