@@ -75,6 +75,8 @@ int main(int argc, char** argv) {
         "rows", "anchors (kernel, faiss)", cxxopts::value(rows)->default_value("2048"))(
         "alpha", "alpha", cxxopts::value(p.alpha)->default_value("0.01"))(
         "quantiles", "m", cxxopts::value(p.quantiles)->default_value("100"))(
+        "bins", "histogram bins", cxxopts::value(p.bins)->default_value("4096"))(
+        "fnc-batch", "FNC batch (0: none)", cxxopts::value(p.fnc_batch)->default_value("256"))(
         "tile", "GEMM tile columns", cxxopts::value(p.tile)->default_value("4096"))(
         "row-block", "anchors per block", cxxopts::value(p.row_block)->default_value("2048"));
     cli.parse(argc, argv);

@@ -99,9 +99,10 @@ KOKKOS_INLINE_FUNCTION int32_t sim_bin(float s, int32_t bins) {
 // the k-th largest itself.
 KOKKOS_INLINE_FUNCTION void shrink_reservoir(float* vals, uint8_t* flags, int64_t& n, int64_t k,
                                              float& tau, int64_t& eq_n, int64_t& eq_lab,
-                                             const int32_t* hist, int32_t bins, float hi) {
+                                             const int32_t* hist, int32_t bins, float hi,
+                                             int64_t pending) {
   int32_t b = sim_bin(hi, bins);
-  for (int64_t above = hist[b]; b > 0 && above < k;) above += hist[--b];
+  for (int64_t above = hist[b]; b > 0 && above < k + pending;) above += hist[--b];
   int64_t keep = 0;
   float cut = -Kokkos::Experimental::infinity<float>::value;  // largest value in a bin below b
   for (int64_t u = 0; u < n; ++u) {
@@ -214,8 +215,10 @@ void reset_rows(const Space& space, const RowState<Space>& st, int64_t rows) {
       });
 }
 
-// Folds one tile of similarities S (rows x T, row i = anchor i against candidates c0..c0+T) into
-// the row state: histogram, min/max, counts >= lambda, and the threshold reservoir.
+// Folds one tile of similarities into the row state of rows [row0, row0 + rows): histogram,
+// min/max, counts >= lambda, and the threshold reservoir. Row i - row0 of `sims` holds anchor i
+// against candidates c0 .. c0 + cols (columns beyond `cols` are ignored); every row must see its
+// tiles in ascending column order.
 //
 // Cost per similarity is what decides simstat's speed against the GEMM (a few ns per value each),
 // so the per-value loop holds only what every value needs, in a form the compiler vectorises: its
@@ -229,26 +232,26 @@ void reset_rows(const Space& space, const RowState<Space>& st, int64_t rows) {
 //   results are the same bits as a plain loop over the row.
 // S is the caller's scratch tile and is modified.
 template <typename Space, typename SimView, typename IdView, typename LabelView>
-void accumulate_tile(const Space& space, const SimView& sims, int64_t c0,
+void accumulate_tile(const Space& space, const SimView& sims, int64_t cols, int64_t c0,
                      const IdView& col_image_id, const LabelView& col_label, const IdView& pos_cols,
-                     const IdView& bat_cols, const RowState<Space>& st, int64_t rows) {
+                     const IdView& bat_cols, const RowState<Space>& st, int64_t row0,
+                     int64_t rows) {
   static_assert(Kokkos::SpaceAccessibility<Space, typename SimView::memory_space>::accessible,
                 "similarity tile must be accessible from the execution space");
   static_assert(Kokkos::SpaceAccessibility<Space, typename IdView::memory_space>::accessible,
                 "column ids must be accessible from the execution space");
-  const int64_t cols = static_cast<int64_t>(sims.extent(1));
   const int64_t c1 = c0 + cols;
   const int32_t bins = st.bins();
   const int64_t cap = st.capacity();
   Kokkos::parallel_for(
-      "fnvlp::similarity::accumulate_tile", Kokkos::RangePolicy<Space>(space, 0, rows),
+      "fnvlp::similarity::accumulate_tile", Kokkos::RangePolicy<Space>(space, row0, row0 + rows),
       KOKKOS_LAMBDA(const int64_t i) {
         const int64_t k = st.k(i);
         if (k == 0) return;  // no negatives at all: nothing to select
         const int64_t self = st.image_id(i);
         const int32_t lab = st.label(i);
         const float lam = st.lambda(i);  // NaN when absent: s >= lam is then always false
-        float* row = &sims(i, 0);
+        float* row = &sims(i - row0, 0);
         // FNC batch: this tile's columns of the anchor's batch, positives left out.
         const int64_t batch_cap = static_cast<int64_t>(st.bat_val.extent(1));
         int64_t nb = st.bat_n(i), bc = st.bat_cur(i);
@@ -313,7 +316,7 @@ void accumulate_tile(const Space& space, const SimView& sims, int64_t c0,
               vals[n] = s;
               flags[n] = same;
               if (++n == cap)
-                shrink_reservoir(vals, flags, n, k, tau, eq_n, eq_lab, hist, bins, hi);
+                shrink_reservoir(vals, flags, n, k, tau, eq_n, eq_lab, hist, bins, hi, len - 1 - t);
             } else if (s == tau) {
               ++eq_n;
               eq_lab += same;

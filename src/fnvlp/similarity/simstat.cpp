@@ -87,8 +87,8 @@ ColumnGroups group_columns(const std::vector<int64_t>& key) {
 
 }  // namespace
 
-void similarity_tile(const float* a, int64_t rows, const float* c, int64_t cols, int64_t dim,
-                     float* out) {
+void similarity_blocks(const float* a, int64_t rows, const float* c, int64_t cols, int64_t dim,
+                       const BlockFn& fn) {
   // Scratch of the fixed GEMM shape; thread_local so concurrent callers never share it.
   thread_local std::vector<float> pa, pc, ps;
   pa.resize(static_cast<size_t>(kGemmRows * dim));
@@ -113,11 +113,18 @@ void similarity_tile(const float* a, int64_t rows, const float* c, int64_t cols,
         cblk = pc.data();
       }
       torch::mm_out(s, at, torch::from_blob(const_cast<float*>(cblk), {kGemmCols, dim}).t());
-      for (int64_t i = 0; i < nr; ++i)
-        std::copy(ps.data() + i * kGemmCols, ps.data() + i * kGemmCols + nc,
-                  out + (r0 + i) * cols + c0);
+      fn(r0, nr, c0, nc, ps.data());
     }
   }
+}
+
+void similarity_tile(const float* a, int64_t rows, const float* c, int64_t cols, int64_t dim,
+                     float* out) {
+  similarity_blocks(
+      a, rows, c, cols, dim, [&](int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* s) {
+        for (int64_t i = 0; i < nr; ++i)
+          std::copy(s + i * kGemmCols, s + i * kGemmCols + nc, out + (r0 + i) * cols + c0);
+      });
 }
 
 std::vector<int64_t> fnc_batches(int64_t n, int64_t batch, uint64_t seed) {
@@ -179,11 +186,11 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
   }
 
   // Block size from the memory budget: per row the histogram, the reservoir (capacity 2 k_max),
-  // the FNC buffer, its slice of the similarity tile and its embedding.
+  // the FNC buffer and its embedding.
   const int64_t capacity = std::max<int64_t>(2 * k_max, 64);
   const int64_t fnc_cap = std::max<int64_t>(p.fnc_batch, 1);
   const int64_t tile = std::min(p.tile, std::max<int64_t>(n_cols, 1));
-  const int64_t per_row = 4 * p.bins + 5 * capacity + 5 * fnc_cap + 4 * tile + 4 * dim + 128;
+  const int64_t per_row = 4 * p.bins + 5 * capacity + 5 * fnc_cap + 4 * dim + 128;
   const int64_t budget = p.memory_mb * (int64_t{1} << 20) - 4 * tile * dim;
   const int64_t block = std::clamp<int64_t>(budget / per_row, 1, std::max<int64_t>(p.row_block, 1));
 
@@ -194,7 +201,6 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
     by_batch = group_columns(batch);
   }
   std::vector<float> cand(static_cast<size_t>(tile * dim));
-  std::vector<float> sims(static_cast<size_t>(std::min(block, std::max<int64_t>(rows, 1)) * tile));
   RowState<ExecSpace> st;
   RowResult<ExecSpace> res;
   View1<float, ExecSpace> fnc_thr;
@@ -236,12 +242,19 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
       const int64_t tc = std::min(tile, n_cols - c0);
       read_candidates(c0, tc, cand.data());
       if (b0 == 0) check_finite(cand.data(), tc, dim, c0, "candidate");
-      similarity_tile(anchors + b0 * dim, rb, cand.data(), tc, dim, sims.data());
-      if (p.gemm_only) continue;
-      const HostUnmanaged2<float> sv(sims.data(), static_cast<size_t>(rb), static_cast<size_t>(tc));
-      accumulate_tile(space, sv, c0, host_view(image_id, c0, tc), host_view(label, c0, tc),
-                      host_view(by_id.cols, 0, n_cols), host_view(by_batch.cols, 0, n_cols), st,
-                      rb);
+      // Each GEMM block is folded into the row state while it is in cache: no rows x tile matrix
+      // goes through memory.
+      similarity_blocks(anchors + b0 * dim, rb, cand.data(), tc, dim,
+                        [&](int64_t r0, int64_t nr, int64_t j0, int64_t nc, float* s) {
+                          if (p.gemm_only) return;
+                          const HostUnmanaged2<float> sv(s, static_cast<size_t>(nr),
+                                                         static_cast<size_t>(kGemmCols));
+                          const int64_t cj = c0 + j0;
+                          accumulate_tile(space, sv, nc, cj, host_view(image_id, cj, nc),
+                                          host_view(label, cj, nc),
+                                          host_view(by_id.cols, 0, n_cols),
+                                          host_view(by_batch.cols, 0, n_cols), st, r0, nr);
+                        });
     }
     if (p.gemm_only) continue;
     finalize_rows(space, st, res, rb);

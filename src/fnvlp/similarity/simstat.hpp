@@ -57,6 +57,12 @@ inline constexpr int64_t kGemmRows = 256;
 inline constexpr int64_t kGemmCols = 1024;
 void similarity_tile(const float* a, int64_t rows, const float* c, int64_t cols, int64_t dim,
                      float* out);
+// The same products handed over one GEMM block at a time, while it is still in cache: fn(r0, nr,
+// c0, nc, s) gets rows [r0, r0 + nr) x columns [c0, c0 + nc) of S in `s` (row stride kGemmCols),
+// rows outer, columns in ascending order. `s` is scratch: fn may overwrite it.
+using BlockFn = std::function<void(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* s)>;
+void similarity_blocks(const float* a, int64_t rows, const float* c, int64_t cols, int64_t dim,
+                       const BlockFn& fn);
 
 // Reads candidate rows [c0, c0 + n) (n * dim floats) into out.
 using CandidateReader = std::function<void(int64_t c0, int64_t n, float* out)>;
