@@ -41,8 +41,11 @@ for r in $(seq 1 "$rounds"); do
 import json, statistics, sys
 run, m, r = sys.argv[1:]
 w = [json.loads(l) for l in open(run + "/metrics.jsonl")]
-w = [x["samples_per_s"] for x in w if "samples_per_s" in x and x["epoch"] == 1]
-print(f"round {r} {m:8s} epoch-1 samples/s median {statistics.median(w):7.1f} over {len(w)} windows")
+w = [x for x in w if "samples_per_s" in x and x["epoch"] == 1]
+sps = statistics.median(x["samples_per_s"] for x in w)
+ph = {k: statistics.median(x["phase_ms"][k] for x in w) for k in w[0]["phase_ms"]}
+print(f"round {r} {m:8s} epoch-1 samples/s median {sps:7.1f} over {len(w)} windows; phase ms",
+      " ".join(f"{k}={v:.2f}" for k, v in ph.items()))
 PY
   done
   # Alternate the order every round.
@@ -51,13 +54,29 @@ done | tee "$work/rounds.txt"
 "$py" - "$work/rounds.txt" <<'PY'
 import collections, statistics, sys
 v = collections.defaultdict(list)
+ph = collections.defaultdict(lambda: collections.defaultdict(list))
 for line in open(sys.argv[1]):
     p = line.split()
     v[p[2]].append(float(p[6]))
+    for kv in p[p.index("ms") + 1:]:
+        k, x = kv.split("=")
+        ph[p[2]][k].append(float(x))
 med = {m: statistics.median(x) for m, x in v.items()}
+pm = {m: {k: statistics.median(x) for k, x in d.items()} for m, d in ph.items()}
 print("median over rounds (samples/s):", {m: round(x, 1) for m, x in med.items()})
+print("median phase ms per step:", {m: {k: round(x, 2) for k, x in d.items()} for m, d in pm.items()})
 print(f"GloFND step time / uniform: {med['uniform'] / med['glofnd']:.3f}  (goal <= 1.02)")
 print(f"FALCON step time / GRIT:    {med['grit'] / med['falcon']:.3f}  (goal <= 1.15)")
+# The same overheads from the phases, each method's own work against the rest of its step (both
+# from the same runs, so machine noise between runs cancels): GloFND's update and filter (the
+# negatives phase beyond uniform's), FALCON's reward pass and policy step plus its synchronous
+# batch composition (beyond GRIT's, composed on the prefetch thread).
+def own(m, base, keys):
+    extra = sum(pm[m][k] - pm[base][k] for k in keys)
+    total = sum(pm[m].values())
+    return total / (total - extra)
+print(f"GloFND from phases:         {own('glofnd', 'uniform', ['negatives']):.3f}")
+print(f"FALCON from phases:         {own('falcon', 'grit', ['falcon', 'batch']):.3f}")
 PY
 cmake --build "$build" --target bench_glofnd_memory >/dev/null
 "$build/tests/bench/bench_glofnd_memory" 4000000 8

@@ -40,6 +40,15 @@ check uniform 'all("batch_fn_rate_label" in r and "filtered_frac_i2t" not in r f
   "uniform logs the in-batch FN rate and filters nothing"
 check uniform 'abs(sum(r["batch_fn_rate_label"] for r in m) / len(m) - 1 / 8) < 0.06' \
   "uniform batches hold about 1/8 same-label pairs (8 balanced classes)"
+# Phase times: all phases logged, the model's own phases dominate, and together they account for
+# the step time the throughput implies (median over windows; 16 samples x 2 ranks per step).
+phases='("batch", "forward", "negatives", "backward", "comm", "optimizer", "falcon", "other")'
+check uniform "all(set(r['phase_ms']) == set($phases) and min(r['phase_ms'].values()) >= 0 for r in m)" \
+  "every window logs the eight step phases"
+check uniform 'sorted(sum(r["phase_ms"].values()) / (1e3 * 32 / r["samples_per_s"]) for r in m)[len(m) // 2] > 0.8 and sorted(sum(r["phase_ms"].values()) / (1e3 * 32 / r["samples_per_s"]) for r in m)[len(m) // 2] < 1.2' \
+  "the phases add up to the step time"
+check uniform 'all(r["phase_ms"]["falcon"] < 0.02 * r["phase_ms"]["forward"] for r in m)' \
+  "no FALCON work without FALCON"
 
 # This checks the wiring, not convergence (the unit tests show λ reaching the exact quantile): an
 # anchor's λ moves about glofnd_lr per epoch (one Adam step per visit), and the tiny model's
@@ -116,6 +125,8 @@ check softening '[round(r["q_mean"], 6) for r in m if r["epoch"] == 1][0] == 1 a
   "progressive softening: q 1 in the first grouped epoch, 0 in the last"
 
 run falcon "${grouped[@]}" --set sampler.kind=falcon --set train.log_every=1
+check falcon 'all(r["phase_ms"]["falcon"] > 0.2 * r["phase_ms"]["forward"] for r in m if r["epoch"] == 1)' \
+  "FALCON's reward pass and policy step show in the falcon phase"
 check falcon 'all("falcon_reward" in r and 0 < r["q_mean"] < 1 for r in m if r["epoch"] == 1)' \
   "FALCON draws q in (0, 1) per anchor and logs its REINFORCE reward"
 echo "== falcon stopped mid grouped epoch, resumed: same losses as uninterrupted"

@@ -84,6 +84,35 @@ std::vector<int64_t> to_vector(const torch::Tensor& t) {
   return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
 }
 
+// Where a step's wall time goes (batch: waiting for, composing and augmenting it; comm: the
+// loss agreement, the cross-rank ITC term and the gradient allreduce), summed over a logging window
+// on this rank: each lap() charges the time since the previous lap to one phase. The methods' costs
+// (GloFND's update and filter, FALCON's reward pass and policy step, its synchronous batch
+// composition) are read off one run this way instead of from the difference of two noisy whole-run
+// throughputs. Host wall time: with libtorch on CPU every op has finished when it returns.
+struct PhaseClock {
+  enum Phase {
+    kBatch,
+    kForward,
+    kNegatives,
+    kBackward,
+    kComm,
+    kOptimizer,
+    kFalcon,
+    kOther,
+    kCount
+  };
+  static constexpr const char* kNames[kCount] = {"batch", "forward",   "negatives", "backward",
+                                                 "comm",  "optimizer", "falcon",    "other"};
+  std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
+  std::vector<double> seconds = std::vector<double>(kCount, 0.0);
+  void lap(Phase p) {
+    const auto now = std::chrono::steady_clock::now();
+    seconds[p] += std::chrono::duration<double>(now - last).count();
+    last = now;
+  }
+};
+
 // False-negative telemetry summed over a logging window on this rank (reduced at log time).
 struct FnWindow {
   // [0] negatives, [1] filtered i2t, [2] filtered t2i, [3] filtered with the anchor's label,
@@ -199,8 +228,10 @@ class Trainer {
     StepLosses window{};
     int exit_code = 0;
     RunStatus status = RunStatus::kCompleted;
+    phases_.last = std::chrono::steady_clock::now();
     while (step_ < total_steps_) {
       data::Batch batch;
+      phases_.lap(PhaseClock::kOther);
       dog.beat(step_, "data");
       // Epochs end on an agreed step count, never on one rank's loader running dry: blocks may
       // differ by a pair, and a rank alone at an epoch end would deadlock the collectives.
@@ -215,6 +246,7 @@ class Trainer {
                                               << " after " << step_in_epoch_ << " of "
                                               << epoch_steps(epoch_) << " steps");
       record_sampler(loader.state());
+      phases_.lap(PhaseClock::kBatch);
       dog.beat(step_, "step");
       const StepLosses l = train_step(batch);
       samples += batch.size() * comm_.size();
@@ -570,6 +602,7 @@ class Trainer {
     const torch::Tensor images = augment_.train(batch.images, aug_gen);
     const torch::Tensor ids = batch.tokens, mask = batch.attention_mask;
 
+    phases_.lap(PhaseClock::kBatch);  // its augmentation
     // ITC against the global batch (embeddings all-gathered without gradient, exact gradient
     // restored through the cross-rank term, see loss/itc.hpp).
     const torch::Tensor image_tokens = model_->encode_image(images);
@@ -623,8 +656,10 @@ class Trainer {
     // Negatives of each local anchor: every global column that does not share its image_id (the
     // own pair included in "shares"). No method runs with momentum (validate_soft_targets).
     const torch::Tensor negative = in.image_id.unsqueeze(1) != in.image_id_all.unsqueeze(0);
+    phases_.lap(PhaseClock::kForward);
     apply_negatives(in, negative, batch, images);
     record_batch_fn(batch);
+    phases_.lap(PhaseClock::kNegatives);
     const loss::ItcResult itc = loss::itc_loss(in);
 
     // ITM with hard negatives from the local batch (the fusion encoder needs their tokens).
@@ -688,6 +723,7 @@ class Trainer {
       out.lmi = lmi.item<double>();
     }
     out.total = total.item<double>();
+    phases_.lap(PhaseClock::kForward);
     if (step_ == cfg_.train.inject_nonfinite_step &&
         comm_.rank() == cfg_.train.inject_nonfinite_rank)
       out.total = std::nan("");
@@ -702,6 +738,7 @@ class Trainer {
       total = total + cfg_.loss.itc_weight * loss::itc_cross_rank_term(in, g);
     }
     optimizer_->zero_grad();
+    phases_.lap(PhaseClock::kComm);
     skips_.record(!finite, step_);
     if (!finite) {
       if (comm_.is_root())
@@ -710,7 +747,9 @@ class Trainer {
       return out;
     }
     total.backward();
+    phases_.lap(PhaseClock::kBackward);
     allreduce_gradients(comm_, params_);
+    phases_.lap(PhaseClock::kComm);
     if (cfg_.optim.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params_, cfg_.optim.grad_clip);
     optimizer_->step();
     if (momentum_) {
@@ -720,7 +759,9 @@ class Trainer {
       ema_update(*momentum_, *model_, cfg_.loss.momentum);
       queue_->enqueue(enqueue.img, enqueue.txt, enqueue.image_id, enqueue.pair_id);
     }
+    phases_.lap(PhaseClock::kOptimizer);
     if (m.positions.defined()) falcon_update(mlm_hard, images, m, mask);
+    phases_.lap(PhaseClock::kFalcon);
     return out;
   }
 
@@ -753,6 +794,14 @@ class Trainer {
                      {"samples_per_s", sps}, {"samples_per_s_per_rank", sps / comm_.size()},
                      {"data_wait", v[4]},    {"skipped_steps", skips_.total()},
                      {"elapsed_s", elapsed}};
+    // Mean milliseconds per step of each phase, averaged over ranks.
+    std::vector<double> ph = phases_.seconds;
+    for (double& x : ph) x *= 1e3 / static_cast<double>(n);
+    comm_.allreduce_mean(ph);
+    json phase_ms = json::object();
+    for (int i = 0; i < PhaseClock::kCount; ++i) phase_ms[PhaseClock::kNames[i]] = ph[i];
+    last_metrics_["phase_ms"] = phase_ms;
+    std::fill(phases_.seconds.begin(), phases_.seconds.end(), 0.0);
     if (cfg_.loss.tcl) {
       std::vector<double> t = {sum.imc / n, sum.lmi / n};
       comm_.allreduce_mean(t);
@@ -1103,6 +1152,7 @@ class Trainer {
   double last_srcl_a_ = 0;
   torch::Tensor label_all_;
   FnWindow fn_;
+  PhaseClock phases_;
   data::Embeddings last_embeddings_;
 };
 
