@@ -445,7 +445,9 @@ class Trainer {
     if (!falcon_ || epoch_ == 0) return;
     double after = 0;
     {
-      torch::NoGradGuard no_grad;
+      // Inference mode, not just no-grad: nothing of this pass is ever differentiated, so libtorch
+      // can also skip the version counters and view tracking of its tensors.
+      c10::InferenceMode inference;
       // Dropout draws as in the step's forward pass (exact with dropout 0, as the presets have).
       torch::manual_seed(
           data::hash_key({static_cast<uint64_t>(cfg_.train.seed), static_cast<uint64_t>(step_),
@@ -459,7 +461,9 @@ class Trainer {
     const double reward = mlm_before - after;
     falcon_->loss_backward(reward, draws_);
     auto params = falcon_->parameters();
-    allreduce_gradients(comm_, params);
+    phases_.lap(PhaseClock::kFalcon);
+    allreduce_gradients(comm_, params);  // also where this rank waits for the slower one
+    phases_.lap(PhaseClock::kComm);
     falcon_->step();
     reward_window_[0] += reward;
     reward_window_[1] += 1;
