@@ -89,10 +89,11 @@ KOKKOS_INLINE_FUNCTION int32_t sim_bin(float s, int32_t bins) {
 // Makes room in a full reservoir (n values > tau, eq_n values == tau; cap >= 2k) by raising tau,
 // keeping the invariant: every value seen that is > tau is in vals[0, n), eq_n / eq_lab count the
 // seen values == tau, and tau is below the k-th largest value seen.
-// First try, cheaply, a histogram cut: from the top bin down, the bin b of the k-th largest value
-// counted so far (the histogram may already count later values of the current chunk, which only
-// raises b); every reservoir value in a lower bin is below that k-th largest, so the largest of
-// them becomes tau. It costs O(bins scanned + n) with no data-dependent branches, against a
+// First try, cheaply, a histogram cut: from the top bin down, the bin b of the (k + pending)-th
+// largest value counted so far, where `pending` is how many values the histogram already counts
+// but the reservoir has not been offered yet (the rest of the current chunk: without them in the
+// rank, the cut would keep fewer than k at the first cut of every row and fall back); every
+// reservoir value in a lower bin is below the k-th largest, so the largest of them becomes tau. It costs O(bins scanned + n) with no data-dependent branches, against a
 // quickselect that mispredicts about every other comparison. It is taken when it keeps at least k
 // values (else the k-th largest could be lost among ties at tau) and frees at least a quarter of
 // the buffer; otherwise (ties, very few distinct bins, small k) the exact selection raises tau to
