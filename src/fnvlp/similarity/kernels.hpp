@@ -93,11 +93,11 @@ KOKKOS_INLINE_FUNCTION int32_t sim_bin(float s, int32_t bins) {
 // largest value counted so far, where `pending` is how many values the histogram already counts
 // but the reservoir has not been offered yet (the rest of the current chunk: without them in the
 // rank, the cut would keep fewer than k at the first cut of every row and fall back); every
-// reservoir value in a lower bin is below the k-th largest, so the largest of them becomes tau. It costs O(bins scanned + n) with no data-dependent branches, against a
-// quickselect that mispredicts about every other comparison. It is taken when it keeps at least k
-// values (else the k-th largest could be lost among ties at tau) and frees at least a quarter of
-// the buffer; otherwise (ties, very few distinct bins, small k) the exact selection raises tau to
-// the k-th largest itself.
+// reservoir value in a lower bin is below the k-th largest, so the largest of them becomes tau. It
+// costs O(bins scanned + n) with no data-dependent branches, against a quickselect that mispredicts
+// about every other comparison. It is taken when it keeps at least k values (else the k-th largest
+// could be lost among ties at tau) and frees at least a quarter of the buffer; otherwise (ties,
+// very few distinct bins, small k) the exact selection raises tau to the k-th largest itself.
 KOKKOS_INLINE_FUNCTION void shrink_reservoir(float* vals, uint8_t* flags, int64_t& n, int64_t k,
                                              float& tau, int64_t& eq_n, int64_t& eq_lab,
                                              const int32_t* hist, int32_t bins, float hi,
