@@ -201,6 +201,8 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
     by_batch = group_columns(batch);
   }
   std::vector<float> cand(static_cast<size_t>(tile * dim));
+  const auto pos_cols = host_view(by_id.cols, 0, static_cast<int64_t>(by_id.cols.size()));
+  const auto bat_cols = host_view(by_batch.cols, 0, static_cast<int64_t>(by_batch.cols.size()));
   RowState<ExecSpace> st;
   RowResult<ExecSpace> res;
   View1<float, ExecSpace> fnc_thr;
@@ -251,9 +253,7 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
                                                          static_cast<size_t>(kGemmCols));
                           const int64_t cj = c0 + j0;
                           accumulate_tile(space, sv, nc, cj, host_view(image_id, cj, nc),
-                                          host_view(label, cj, nc),
-                                          host_view(by_id.cols, 0, n_cols),
-                                          host_view(by_batch.cols, 0, n_cols), st, r0, nr);
+                                          host_view(label, cj, nc), pos_cols, bat_cols, st, r0, nr);
                         });
     }
     if (p.gemm_only) continue;

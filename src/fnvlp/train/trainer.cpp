@@ -783,8 +783,11 @@ class Trainer {
   void log_progress(MetricsWriter& metrics, const StepLosses& sum, int64_t n,
                     std::chrono::steady_clock::time_point window_start,
                     std::chrono::steady_clock::time_point t0, const BatchSource& loader) {
+    // One reduction for the losses, the data wait and the mean ms per step of each phase.
     std::vector<double> v = {sum.itc / n, sum.itm / n, sum.mlm / n, sum.total / n,
                              loader.wait_fraction()};
+    const size_t ph0 = v.size();
+    for (double x : phases_.seconds) v.push_back(x * 1e3 / static_cast<double>(n));
     comm_.allreduce_mean(v);
     const auto now = std::chrono::steady_clock::now();
     const double dt = std::chrono::duration<double>(now - window_start).count();
@@ -798,12 +801,9 @@ class Trainer {
                      {"samples_per_s", sps}, {"samples_per_s_per_rank", sps / comm_.size()},
                      {"data_wait", v[4]},    {"skipped_steps", skips_.total()},
                      {"elapsed_s", elapsed}};
-    // Mean milliseconds per step of each phase, averaged over ranks.
-    std::vector<double> ph = phases_.seconds;
-    for (double& x : ph) x *= 1e3 / static_cast<double>(n);
-    comm_.allreduce_mean(ph);
     json phase_ms = json::object();
-    for (int i = 0; i < PhaseClock::kCount; ++i) phase_ms[PhaseClock::kNames[i]] = ph[i];
+    for (int i = 0; i < PhaseClock::kCount; ++i)
+      phase_ms[PhaseClock::kNames[i]] = v[ph0 + static_cast<size_t>(i)];
     last_metrics_["phase_ms"] = phase_ms;
     std::fill(phases_.seconds.begin(), phases_.seconds.end(), 0.0);
     if (cfg_.loss.tcl) {
