@@ -9,7 +9,7 @@ packages=(
   # libFuzzer targets (tests/fuzz): clang 14 with its sanitizer and fuzzer runtimes
   clang-14 libclang-rt-14-dev
   # core libraries
-  libtorch-dev libopenblas0-pthread
+  libtorch-dev libopenblas0-pthread libblas-dev
   libopenmpi-dev openmpi-bin
   libhdf5-openmpi-dev hdf5-tools
   libtrilinos-kokkos-dev

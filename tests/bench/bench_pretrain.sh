@@ -58,7 +58,7 @@ if [ ! -x "$bench_step" ]; then
       -I"$build/generated" -I/usr/include/hdf5/openmpi -I/usr/lib/x86_64-linux-gnu/openmpi/include \
       -I/usr/include/torch/csrc/api/include "$src" "$build/libfnvlp.a" -o "$bench_step.tmp" \
       -ltorch -ltorch_cpu -lc10 -L/usr/lib/x86_64-linux-gnu/hdf5/openmpi -lhdf5 -lmpi -lyaml-cpp \
-      -lspdlog -lfmt -lcrypto -licuuc -lturbojpeg -lpng -pthread
+      -lspdlog -lfmt -lcrypto -licuuc -lturbojpeg -lpng -lblas -pthread
     mv "$bench_step.tmp" "$bench_step"
   fi
 fi

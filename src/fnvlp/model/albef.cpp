@@ -2,6 +2,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "fnvlp/model/attention.hpp"
+
 #include <cmath>
 #include <string>
 
@@ -48,6 +50,25 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
   return torch::matmul(probs, v);
 }
 
+// The fused CPU kernels (model/attention.hpp) where they apply; the matmul formulation above for
+// other devices and types, and for attention dropout in training.
+torch::Tensor self_attention(const torch::Tensor& qkv, const torch::Tensor& additive_mask,
+                             int64_t heads, double p, bool training) {
+  if (fused_attention_applies(qkv) && !(p > 0.0 && training))
+    return fused_self_attention(qkv, additive_mask, heads);
+  const auto t = split_heads(qkv, 3, heads);
+  return merge_heads(attention(t[0], t[1], t[2], additive_mask, p, training));
+}
+
+torch::Tensor cross_attention(const torch::Tensor& q, const torch::Tensor& kv, int64_t heads,
+                              double p, bool training) {
+  if (fused_attention_applies(q) && fused_attention_applies(kv) && !(p > 0.0 && training))
+    return fused_cross_attention(q, kv, heads);
+  const auto qh = split_heads(q, 1, heads)[0];
+  const auto t = split_heads(kv, 2, heads);
+  return merge_heads(attention(qh, t[0], t[1], {}, p, training));
+}
+
 torch::Tensor additive_key_mask(const torch::Tensor& mask, torch::ScalarType dtype) {
   return mask.eq(0).to(dtype).mul_(kMaskedScore).view({mask.size(0), 1, 1, mask.size(1)});
 }
@@ -88,8 +109,7 @@ VitBlockImpl::VitBlockImpl(int64_t width, int64_t heads, int64_t mlp_ratio) : he
 }
 
 torch::Tensor VitBlockImpl::forward(const torch::Tensor& x) {
-  const auto qkv = split_heads(qkv_(norm1_(x)), 3, heads_);
-  auto h = x + proj_(merge_heads(attention(qkv[0], qkv[1], qkv[2], {}, 0.0, false)));
+  auto h = x + proj_(self_attention(qkv_(norm1_(x)), {}, heads_, 0.0, false));
   return h + fc2_(torch::gelu(fc1_(norm2_(h))));
 }
 
@@ -163,15 +183,12 @@ BertLayerImpl::BertLayerImpl(int64_t width, int64_t heads, int64_t mlp_ratio, do
 torch::Tensor BertLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& additive_mask,
                                      const torch::Tensor& image_tokens) {
   const bool train = is_training();
-  const auto qkv = split_heads(qkv_(x), 3, heads_);
-  auto ctx = merge_heads(attention(qkv[0], qkv[1], qkv[2], additive_mask, dropout_, train));
+  auto ctx = self_attention(qkv_(x), additive_mask, heads_, dropout_, train);
   auto h = attn_norm_(x + maybe_dropout(attn_out_(ctx), dropout_, train));
   if (has_cross_attention()) {
     FNVLP_CHECK(image_tokens.defined(), "fusion layer called without image tokens");
-    const auto q = split_heads(cross_q_(h), 1, heads_)[0];
-    const auto kv = split_heads(cross_kv_(image_tokens), 2, heads_);
     // Image tokens have no padding: no key mask.
-    ctx = merge_heads(attention(q, kv[0], kv[1], {}, dropout_, train));
+    ctx = cross_attention(cross_q_(h), cross_kv_(image_tokens), heads_, dropout_, train);
     h = cross_norm_(h + maybe_dropout(cross_out_(ctx), dropout_, train));
   }
   return out_norm_(h + maybe_dropout(fc2_(torch::gelu(fc1_(h))), dropout_, train));

@@ -1,0 +1,291 @@
+#include "fnvlp/model/attention.hpp"
+
+#include <ATen/Parallel.h>
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "fnvlp/core/error.hpp"
+
+namespace fnvlp::model {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The softmax passes are compiled for AVX2+FMA and for the baseline, picked at load time: the
+// exponential below vectorises 8-wide where the CPU allows and stays correct where it does not.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FNVLP_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define FNVLP_SIMD_CLONES
+#endif
+
+// exp(x) for x <= 0 (softmax after subtracting the row maximum), branch-free so that loops over
+// it vectorise: x = n ln2 + r, |r| <= ln2 / 2, exp(r) by Cephes' degree-6 polynomial (relative
+// error ~1e-7), 2^n by writing the exponent bits. Below -87.3 the result is 0, as libtorch's exp
+// underflows there too: a padded key's -1e4 score gets exactly zero weight. NaN stays NaN.
+inline float exp_nonpositive(float x) {
+  const float xc = x < -87.3f ? -87.3f : x;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float t = xc * 1.44269504088896341f + kRound;
+  const float n = t - kRound;
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  const int32_t bits = (__builtin_bit_cast(int32_t, t) - 0x4B400000 + 127) * (1 << 23);  // 2^n
+  const float e = y * __builtin_bit_cast(float, bits);
+  return x < -87.3f ? 0.0f : e;
+}
+
+// Row i of `rows` rows of n scores (already scale * q.k): add the key mask, then softmax in place.
+FNVLP_SIMD_CLONES void softmax_rows(float* s, int64_t rows, int64_t n, const float* mask) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = s + i * n;
+    if (mask)
+      for (int64_t j = 0; j < n; ++j) row[j] += mask[j];
+    // A NaN score is never the maximum, but row[j] - m keeps it NaN, so the sum and with it the
+    // whole row become NaN (as libtorch's softmax): the trainer's finite check sees it.
+    float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < n; ++j) m = row[j] > m ? row[j] : m;
+    for (int64_t j = 0; j < n; ++j) row[j] = exp_nonpositive(row[j] - m);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; ++j) sum += row[j];
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+  }
+}
+
+// Softmax backward in place: dS = P * (dP - sum_j dP_j P_j), row by row.
+FNVLP_SIMD_CLONES void softmax_backward_rows(const float* p, float* dp, int64_t rows, int64_t n) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* pr = p + i * n;
+    float* dr = dp + i * n;
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t j = 0; j < n; ++j) dot += pr[j] * dr[j];
+    for (int64_t j = 0; j < n; ++j) dr[j] = pr[j] * (dr[j] - dot);
+  }
+}
+
+// A [B, L, *] operand read in place: element (b, l, c) at p[b * sb + l * sl + c].
+struct Operand {
+  const float* p;
+  int64_t sb, sl;
+  const float* at(int64_t b, int64_t col) const { return p + b * sb + col; }
+};
+struct Output {
+  float* p;
+  int64_t sb, sl;
+  float* at(int64_t b, int64_t col) const { return p + b * sb + col; }
+};
+
+struct Dims {
+  int64_t B, Lq, Lk, H, d;
+  float scale;
+  int64_t width() const { return H * d; }
+  int64_t rows() const { return B * H * Lq; }     // softmax rows over all heads
+  int64_t head_block() const { return Lq * Lk; }  // one (b, h) score matrix
+};
+
+int blas_int(int64_t v) {
+  FNVLP_CHECK(v <= std::numeric_limits<int>::max(), "attention: dimension " << v << " too large");
+  return static_cast<int>(v);
+}
+
+// The softmax passes are independent per row: spread them over libtorch's intra-op threads (the
+// SGEMMs stay serial calls: OpenBLAS threads a large one itself and runs a small one alone).
+template <typename F>
+void for_rows(const Dims& s, F&& f) {
+  at::parallel_for(0, s.B * s.H, 8, [&](int64_t begin, int64_t end) {
+    for (int64_t bh = begin; bh < end; ++bh) f(bh);
+  });
+}
+
+// P[b, h] = softmax(scale Q_bh K_bh^T + M_b); O[b, :, h] = P[b, h] V_bh.
+void attention_forward(const Dims& s, Operand q, Operand k, Operand v, const float* mask,
+                       float* probs, Output out) {
+  const int Lq = blas_int(s.Lq), Lk = blas_int(s.Lk), d = blas_int(s.d);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Lq, Lk, d, s.scale, q.at(b, h * s.d),
+                  blas_int(q.sl), k.at(b, h * s.d), blas_int(k.sl), 0.0f,
+                  probs + (b * s.H + h) * s.head_block(), Lk);
+  for_rows(s, [&](int64_t bh) {
+    softmax_rows(probs + bh * s.head_block(), s.Lq, s.Lk,
+                 mask ? mask + (bh / s.H) * s.Lk : nullptr);
+  });
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Lq, d, Lk, 1.0f,
+                  probs + (b * s.H + h) * s.head_block(), Lk, v.at(b, h * s.d), blas_int(v.sl),
+                  0.0f, out.at(b, h * s.d), blas_int(out.sl));
+}
+
+// Given dO, with S = scale Q K^T + M and P = softmax(S):
+//   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dP * P)),  dQ = scale dS K,  dK = scale dS^T
+//   Q.
+// Every output block is written whole (beta = 0), so dq/dk/dv need no zeroing.
+void attention_backward(const Dims& s, Operand q, Operand k, Operand v, const float* probs,
+                        Operand dout, float* scratch, Output dq, Output dk, Output dv) {
+  const int Lq = blas_int(s.Lq), Lk = blas_int(s.Lk), d = blas_int(s.d);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Lq, Lk, d, 1.0f, dout.at(b, h * s.d),
+                  blas_int(dout.sl), v.at(b, h * s.d), blas_int(v.sl), 0.0f,
+                  scratch + (b * s.H + h) * s.head_block(), Lk);
+  for_rows(s, [&](int64_t bh) {
+    softmax_backward_rows(probs + bh * s.head_block(), scratch + bh * s.head_block(), s.Lq, s.Lk);
+  });
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      const float* p = probs + (b * s.H + h) * s.head_block();
+      const float* ds = scratch + (b * s.H + h) * s.head_block();
+      const int64_t c = h * s.d;
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Lk, d, Lq, 1.0f, p, Lk, dout.at(b, c),
+                  blas_int(dout.sl), 0.0f, dv.at(b, c), blas_int(dv.sl));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Lq, d, Lk, s.scale, ds, Lk, k.at(b, c),
+                  blas_int(k.sl), 0.0f, dq.at(b, c), blas_int(dq.sl));
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Lk, d, Lq, s.scale, ds, Lk, q.at(b, c),
+                  blas_int(q.sl), 0.0f, dk.at(b, c), blas_int(dk.sl));
+    }
+}
+
+// Row-major [B, L, C] with unit column stride (a fused projection's output, or a view of one).
+torch::Tensor rows_view(const torch::Tensor& t) { return t.stride(2) == 1 ? t : t.contiguous(); }
+
+Operand operand(const torch::Tensor& t) { return {t.data_ptr<float>(), t.stride(0), t.stride(1)}; }
+Output output(torch::Tensor& t) { return {t.data_ptr<float>(), t.stride(0), t.stride(1)}; }
+
+// [B, 1, 1, Lk] or [B, Lk] additive mask as B x Lk contiguous floats.
+torch::Tensor flat_mask(const torch::Tensor& m, int64_t B, int64_t Lk) {
+  if (m.numel() == 0) return {};
+  FNVLP_CHECK(m.numel() == B * Lk && m.size(0) == B && m.size(-1) == Lk,
+              "attention: mask " << m.sizes() << " does not match [" << B << ", " << Lk << "]");
+  return m.reshape({B, Lk}).to(torch::kFloat).contiguous();
+}
+
+Dims dims(int64_t B, int64_t Lq, int64_t Lk, int64_t width, int64_t heads) {
+  FNVLP_CHECK(heads > 0 && width % heads == 0,
+              "attention: width " << width << " not divisible by " << heads << " heads");
+  const int64_t d = width / heads;
+  return {B, Lq, Lk, heads, d, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))};
+}
+
+// Autograd wrappers. Each saves its inputs and the probabilities (as the matmul formulation
+// saves the softmax output); the scores themselves are never kept.
+struct SelfAttentionFn : public torch::autograd::Function<SelfAttentionFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& qkv_in,
+                               const torch::Tensor& mask, int64_t heads) {
+    const torch::Tensor qkv = rows_view(qkv_in);
+    const int64_t B = qkv.size(0), L = qkv.size(1), W = qkv.size(2) / 3;
+    const Dims s = dims(B, L, L, W, heads);
+    const Operand all = operand(qkv);
+    torch::Tensor probs = torch::empty({B, heads, L, L}, qkv.options());
+    torch::Tensor out = torch::empty({B, L, W}, qkv.options());
+    const torch::Tensor m = flat_mask(mask, B, L);
+    attention_forward(s, {all.p, all.sb, all.sl}, {all.p + W, all.sb, all.sl},
+                      {all.p + 2 * W, all.sb, all.sl}, m.defined() ? m.data_ptr<float>() : nullptr,
+                      probs.data_ptr<float>(), output(out));
+    ctx->save_for_backward({qkv, probs});
+    ctx->saved_data["heads"] = heads;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &qkv = saved[0], &probs = saved[1];
+    const int64_t heads = ctx->saved_data["heads"].toInt();
+    const int64_t B = qkv.size(0), L = qkv.size(1), W = qkv.size(2) / 3;
+    const Dims s = dims(B, L, L, W, heads);
+    const torch::Tensor dout = rows_view(grads[0]);
+    torch::Tensor dqkv = torch::empty({B, L, 3 * W}, qkv.options());
+    torch::Tensor scratch = torch::empty_like(probs);
+    const Operand all = operand(qkv);
+    Output g = output(dqkv);
+    attention_backward(s, {all.p, all.sb, all.sl}, {all.p + W, all.sb, all.sl},
+                       {all.p + 2 * W, all.sb, all.sl}, probs.data_ptr<float>(), operand(dout),
+                       scratch.data_ptr<float>(), {g.p, g.sb, g.sl}, {g.p + W, g.sb, g.sl},
+                       {g.p + 2 * W, g.sb, g.sl});
+    return {dqkv, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+struct CrossAttentionFn : public torch::autograd::Function<CrossAttentionFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in,
+                               const torch::Tensor& kv_in, int64_t heads) {
+    const torch::Tensor q = rows_view(q_in), kv = rows_view(kv_in);
+    const int64_t B = q.size(0), Lq = q.size(1), Lk = kv.size(1), W = q.size(2);
+    const Dims s = dims(B, Lq, Lk, W, heads);
+    const Operand kvo = operand(kv);
+    torch::Tensor probs = torch::empty({B, heads, Lq, Lk}, q.options());
+    torch::Tensor out = torch::empty({B, Lq, W}, q.options());
+    attention_forward(s, operand(q), kvo, {kvo.p + W, kvo.sb, kvo.sl}, nullptr,
+                      probs.data_ptr<float>(), output(out));
+    ctx->save_for_backward({q, kv, probs});
+    ctx->saved_data["heads"] = heads;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &kv = saved[1], &probs = saved[2];
+    const int64_t heads = ctx->saved_data["heads"].toInt();
+    const int64_t B = q.size(0), Lq = q.size(1), Lk = kv.size(1), W = q.size(2);
+    const Dims s = dims(B, Lq, Lk, W, heads);
+    const torch::Tensor dout = rows_view(grads[0]);
+    torch::Tensor dq = torch::empty({B, Lq, W}, q.options());
+    torch::Tensor dkv = torch::empty({B, Lk, 2 * W}, kv.options());
+    torch::Tensor scratch = torch::empty_like(probs);
+    const Operand kvo = operand(kv);
+    Output g = output(dkv);
+    attention_backward(s, operand(q), kvo, {kvo.p + W, kvo.sb, kvo.sl}, probs.data_ptr<float>(),
+                       operand(dout), scratch.data_ptr<float>(), output(dq), {g.p, g.sb, g.sl},
+                       {g.p + W, g.sb, g.sl});
+    return {dq, dkv, torch::Tensor()};
+  }
+};
+
+void check_input(const torch::Tensor& t, int64_t parts, const char* what) {
+  FNVLP_CHECK(t.defined() && t.dim() == 3 && t.size(2) % parts == 0,
+              what << ": expected [B, L, " << parts << " x width], got "
+                   << (t.defined() ? t.sizes() : at::IntArrayRef{}));
+  FNVLP_CHECK(fused_attention_applies(t), what << ": needs a CPU float32 tensor");
+}
+
+}  // namespace
+
+bool fused_attention_applies(const torch::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == torch::kFloat && t.layout() == torch::kStrided;
+}
+
+torch::Tensor fused_self_attention(const torch::Tensor& qkv, const torch::Tensor& additive_mask,
+                                   int64_t heads) {
+  check_input(qkv, 3, "fused_self_attention");
+  // Autograd's apply() does not take undefined tensors: "no mask" travels as an empty one.
+  return SelfAttentionFn::apply(
+      qkv, additive_mask.defined() ? additive_mask : torch::empty({0}, qkv.options()), heads);
+}
+
+torch::Tensor fused_cross_attention(const torch::Tensor& q, const torch::Tensor& kv,
+                                    int64_t heads) {
+  check_input(q, 1, "fused_cross_attention");
+  check_input(kv, 2, "fused_cross_attention");
+  FNVLP_CHECK(kv.size(0) == q.size(0) && kv.size(2) == 2 * q.size(2),
+              "fused_cross_attention: q " << q.sizes() << " and kv " << kv.sizes() << " disagree");
+  return CrossAttentionFn::apply(q, kv, heads);
+}
+
+}  // namespace fnvlp::model
