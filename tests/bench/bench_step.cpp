@@ -35,6 +35,7 @@
 #include "fnvlp/loss/itm.hpp"
 #include "fnvlp/loss/mlm.hpp"
 #include "fnvlp/model/albef.hpp"
+#include "fnvlp/train/fused_adamw.hpp"
 #include "fnvlp/train/grad_sync.hpp"
 #include "fnvlp/train/pretrain_config.hpp"
 #include "fnvlp/train/schedule.hpp"
@@ -156,7 +157,7 @@ class StepBench {
     total.backward();
     train::allreduce_gradients(comm_, params_);
     if (cfg_.optim.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params_, cfg_.optim.grad_clip);
-    optimizer_->step();
+    train::fused_adamw_step(*optimizer_);
     return total_value;
   }
 

@@ -26,6 +26,16 @@ void broadcast_module(const Comm& comm, torch::nn::Module& module, int root) {
 int allreduce_gradients(const Comm& comm, const std::vector<torch::Tensor>& params,
                         size_t bucket_bytes) {
   torch::NoGradGuard no_grad;
+  if (comm.size() == 1) {
+    // The average over one rank is the gradient itself: no packing, no copies.
+    for (const auto& p : params) {
+      FNVLP_CHECK(p.scalar_type() == torch::kFloat,
+                  "gradient averaging expects float32 parameters");
+      auto& grad = p.mutable_grad();
+      if (!grad.defined()) grad = torch::zeros_like(p);
+    }
+    return 0;
+  }
   const size_t bucket_elems = std::max<size_t>(1, bucket_bytes / sizeof(float));
   std::vector<float> bucket;
   bucket.reserve(bucket_elems);

@@ -16,7 +16,8 @@ void broadcast_module(const Comm& comm, torch::nn::Module& module, int root = 0)
 // of about `bucket_bytes`, summed with one allreduce per bucket, divided by the rank count and
 // unpacked. The fixed order and MPI's deterministic reduction for a fixed rank count make a
 // deterministic run bitwise repeatable. A parameter without a gradient counts as zeros (so
-// ranks never disagree on the bucket layout). Returns the number of allreduce calls.
+// ranks never disagree on the bucket layout). Returns the number of allreduce calls (0 on one
+// rank, where the gradients are left as they are).
 int allreduce_gradients(const Comm& comm, const std::vector<torch::Tensor>& params,
                         size_t bucket_bytes = 16u << 20);
 

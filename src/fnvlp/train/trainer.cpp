@@ -28,6 +28,7 @@
 #include "fnvlp/negatives/grouped_sampler.hpp"
 #include "fnvlp/negatives/srcl.hpp"
 #include "fnvlp/train/batch_source.hpp"
+#include "fnvlp/train/fused_adamw.hpp"
 #include "fnvlp/train/grad_sync.hpp"
 #include "fnvlp/train/momentum.hpp"
 #include "fnvlp/train/pretrained.hpp"
@@ -755,7 +756,7 @@ class Trainer {
     allreduce_gradients(comm_, params_);
     phases_.lap(PhaseClock::kComm);
     if (cfg_.optim.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params_, cfg_.optim.grad_clip);
-    optimizer_->step();
+    fused_adamw_step(*optimizer_);
     if (momentum_) {
       // After the step taken (a skipped step changes neither): EMA of the new online weights,
       // then the step's gathered momentum features join the queue in global (rank) order. Both
