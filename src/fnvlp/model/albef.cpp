@@ -2,10 +2,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "fnvlp/model/attention.hpp"
-
 #include <cmath>
 #include <string>
+
+#include "fnvlp/model/attention.hpp"
 
 namespace fnvlp::model {
 
