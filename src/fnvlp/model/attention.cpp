@@ -80,23 +80,20 @@ FNVLP_SIMD_CLONES void softmax_backward_rows(const float* p, float* dp, int64_t 
   }
 }
 
-// A [B, L, *] operand read in place: element (b, l, c) at p[b * sb + l * sl + c].
-struct Operand {
-  const float* p;
+// A [B, L, *] block read or written in place: element (b, l, c) at p[b * sb + l * sl + c].
+template <typename T>
+struct Block {
+  T* p;
   int64_t sb, sl;
-  const float* at(int64_t b, int64_t col) const { return p + b * sb + col; }
+  T* at(int64_t b, int64_t col) const { return p + b * sb + col; }
+  Block from_col(int64_t col) const { return {p + col, sb, sl}; }  // q | k | v of a fused tensor
 };
-struct Output {
-  float* p;
-  int64_t sb, sl;
-  float* at(int64_t b, int64_t col) const { return p + b * sb + col; }
-};
+using Operand = Block<const float>;
+using Output = Block<float>;
 
 struct Dims {
   int64_t B, Lq, Lk, H, d;
   float scale;
-  int64_t width() const { return H * d; }
-  int64_t rows() const { return B * H * Lq; }     // softmax rows over all heads
   int64_t head_block() const { return Lq * Lk; }  // one (b, h) score matrix
 };
 
@@ -135,8 +132,8 @@ void attention_forward(const Dims& s, Operand q, Operand k, Operand v, const flo
 }
 
 // Given dO, with S = scale Q K^T + M and P = softmax(S):
-//   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dP * P)),  dQ = scale dS K,  dK = scale dS^T
-//   Q.
+//   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dP * P)),
+//   dQ = scale dS K,  dK = scale dS^T Q.
 // Every output block is written whole (beta = 0), so dq/dk/dv need no zeroing.
 void attention_backward(const Dims& s, Operand q, Operand k, Operand v, const float* probs,
                         Operand dout, float* scratch, Output dq, Output dk, Output dv) {
@@ -196,9 +193,9 @@ struct SelfAttentionFn : public torch::autograd::Function<SelfAttentionFn> {
     torch::Tensor probs = torch::empty({B, heads, L, L}, qkv.options());
     torch::Tensor out = torch::empty({B, L, W}, qkv.options());
     const torch::Tensor m = flat_mask(mask, B, L);
-    attention_forward(s, {all.p, all.sb, all.sl}, {all.p + W, all.sb, all.sl},
-                      {all.p + 2 * W, all.sb, all.sl}, m.defined() ? m.data_ptr<float>() : nullptr,
-                      probs.data_ptr<float>(), output(out));
+    attention_forward(s, all, all.from_col(W), all.from_col(2 * W),
+                      m.defined() ? m.data_ptr<float>() : nullptr, probs.data_ptr<float>(),
+                      output(out));
     ctx->save_for_backward({qkv, probs});
     ctx->saved_data["heads"] = heads;
     return out;
@@ -215,10 +212,9 @@ struct SelfAttentionFn : public torch::autograd::Function<SelfAttentionFn> {
     torch::Tensor scratch = torch::empty_like(probs);
     const Operand all = operand(qkv);
     Output g = output(dqkv);
-    attention_backward(s, {all.p, all.sb, all.sl}, {all.p + W, all.sb, all.sl},
-                       {all.p + 2 * W, all.sb, all.sl}, probs.data_ptr<float>(), operand(dout),
-                       scratch.data_ptr<float>(), {g.p, g.sb, g.sl}, {g.p + W, g.sb, g.sl},
-                       {g.p + 2 * W, g.sb, g.sl});
+    attention_backward(s, all, all.from_col(W), all.from_col(2 * W), probs.data_ptr<float>(),
+                       operand(dout), scratch.data_ptr<float>(), g, g.from_col(W),
+                       g.from_col(2 * W));
     return {dqkv, torch::Tensor(), torch::Tensor()};
   }
 };
@@ -232,8 +228,8 @@ struct CrossAttentionFn : public torch::autograd::Function<CrossAttentionFn> {
     const Operand kvo = operand(kv);
     torch::Tensor probs = torch::empty({B, heads, Lq, Lk}, q.options());
     torch::Tensor out = torch::empty({B, Lq, W}, q.options());
-    attention_forward(s, operand(q), kvo, {kvo.p + W, kvo.sb, kvo.sl}, nullptr,
-                      probs.data_ptr<float>(), output(out));
+    attention_forward(s, operand(q), kvo, kvo.from_col(W), nullptr, probs.data_ptr<float>(),
+                      output(out));
     ctx->save_for_backward({q, kv, probs});
     ctx->saved_data["heads"] = heads;
     return out;
@@ -251,9 +247,8 @@ struct CrossAttentionFn : public torch::autograd::Function<CrossAttentionFn> {
     torch::Tensor scratch = torch::empty_like(probs);
     const Operand kvo = operand(kv);
     Output g = output(dkv);
-    attention_backward(s, operand(q), kvo, {kvo.p + W, kvo.sb, kvo.sl}, probs.data_ptr<float>(),
-                       operand(dout), scratch.data_ptr<float>(), output(dq), {g.p, g.sb, g.sl},
-                       {g.p + W, g.sb, g.sl});
+    attention_backward(s, operand(q), kvo, kvo.from_col(W), probs.data_ptr<float>(), operand(dout),
+                       scratch.data_ptr<float>(), output(dq), g, g.from_col(W));
     return {dq, dkv, torch::Tensor()};
   }
 };

@@ -26,19 +26,10 @@ void broadcast_module(const Comm& comm, torch::nn::Module& module, int root) {
 int allreduce_gradients(const Comm& comm, const std::vector<torch::Tensor>& params,
                         size_t bucket_bytes) {
   torch::NoGradGuard no_grad;
-  if (comm.size() == 1) {
-    // The average over one rank is the gradient itself: no packing, no copies.
-    for (const auto& p : params) {
-      FNVLP_CHECK(p.scalar_type() == torch::kFloat,
-                  "gradient averaging expects float32 parameters");
-      auto& grad = p.mutable_grad();
-      if (!grad.defined()) grad = torch::zeros_like(p);
-    }
-    return 0;
-  }
+  const bool single = comm.size() == 1;
   const size_t bucket_elems = std::max<size_t>(1, bucket_bytes / sizeof(float));
   std::vector<float> bucket;
-  bucket.reserve(bucket_elems);
+  if (!single) bucket.reserve(bucket_elems);
   std::vector<torch::Tensor> members;
   int calls = 0;
   const float inv = 1.0f / static_cast<float>(comm.size());
@@ -60,6 +51,7 @@ int allreduce_gradients(const Comm& comm, const std::vector<torch::Tensor>& para
     FNVLP_CHECK(p.scalar_type() == torch::kFloat, "gradient averaging expects float32 parameters");
     auto& grad = p.mutable_grad();
     if (!grad.defined()) grad = torch::zeros_like(p);
+    if (single) continue;  // the average over one rank is the gradient itself: no copies
     const auto n = static_cast<size_t>(grad.numel());
     if (!bucket.empty() && bucket.size() + n > bucket_elems) flush();
     auto g = grad.contiguous();
