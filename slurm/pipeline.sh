@@ -90,22 +90,28 @@ fnvlp_submit_stage() {
   fi
 }
 
-# Submits `stages...` as a chain, the first after job `dep`; records them in chain.tsv.
+# Submits `stages...` as a chain, the first after job `dep`; records them in the chain being built.
 fnvlp_submit_stages() {
   local dep=$1 s id
   shift
   for s in "$@"; do
     id=$(fnvlp_submit_stage "$s" "$dep")
-    printf '%s\t%s\n' "$s" "$id" >>"$FNVLP_WORK/chain.tsv"
+    printf '%s\t%s\n' "$s" "$id" >>"$FNVLP_CHAIN_PARTIAL"
     fnvlp_log "submitted $s: job $id${dep:+ (afterok:$dep)}"
     dep=$id
   done
 }
 
+# chain.tsv appears only once every stage is submitted (built aside, then renamed): a waiter that
+# read it half-written would wait for the first jobs only and call the chain completed while
+# later stages still run.
 fnvlp_chain_start() {
   mkdir -p "$FNVLP_WORK" "$FNVLP_LOGS"
-  printf 'entry\t%s\n' "${SLURM_JOB_ID:-none}" >"$FNVLP_WORK/chain.tsv"
+  FNVLP_CHAIN_PARTIAL=$FNVLP_WORK/.chain.tsv.$$
+  printf 'entry\t%s\n' "${SLURM_JOB_ID:-none}" >"$FNVLP_CHAIN_PARTIAL"
 }
+
+fnvlp_chain_publish() { mv -f "$FNVLP_CHAIN_PARTIAL" "$FNVLP_WORK/chain.tsv"; }
 
 # The whole chain (FNVLP_STAGES).
 fnvlp_submit_chain() {
@@ -114,6 +120,7 @@ fnvlp_submit_chain() {
   fnvlp_check_stage_bins "${stages[@]}"
   fnvlp_chain_start
   fnvlp_submit_stages "" "${stages[@]}"
+  fnvlp_chain_publish
 }
 
 # The stages after pretraining, after job `pid` (the running pretrain_4m.sh job itself).
@@ -126,8 +133,9 @@ fnvlp_submit_chain_after_pretrain() {
   done
   fnvlp_check_stage_bins pretrain "${rest[@]}"
   fnvlp_chain_start
-  printf 'pretrain\t%s\n' "$pid" >>"$FNVLP_WORK/chain.tsv"
+  printf 'pretrain\t%s\n' "$pid" >>"$FNVLP_CHAIN_PARTIAL"
   [ "${#rest[@]}" -eq 0 ] || fnvlp_submit_stages "$pid" "${rest[@]}"
+  fnvlp_chain_publish
 }
 
 # Waits for every job of chain.tsv; with `entry_id`, first for that job to write it.
