@@ -124,19 +124,19 @@ class StepBench {
         itc.sim_t2i.index({torch::indexing::Slice(), local}), batch.image_id, {}, {},
         loss::parse_itm_negative_mode(cfg_.loss.itm_negatives), itm_gen);
     const loss::ItmPairs pairs = loss::itm_pairs(negatives);
-    const torch::Tensor fused = model_->fuse(text_hidden.index_select(0, pairs.text_index),
-                                             mask.index_select(0, pairs.text_index),
-                                             image_tokens.index_select(0, pairs.image_index));
+    const torch::Tensor fused = model_->fuse_cls(text_hidden.index_select(0, pairs.text_index),
+                                                 mask.index_select(0, pairs.text_index),
+                                                 image_tokens.index_select(0, pairs.image_index));
     const torch::Tensor itm = loss::itm_loss(model_->itm_logits(fused), pairs.labels);
 
     auto mlm_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 3);
     const loss::MlmMasking m =
         loss::mask_tokens(ids, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size, kMaskId,
                           {kPadId, kClsId, kSepId}, mlm_gen);
-    const torch::Tensor masked_fused =
-        model_->fuse(model_->encode_text(m.input_ids, mask), mask, image_tokens);
-    const torch::Tensor mlm = loss::mlm_loss(
-        model_->mlm_logits(loss::gather_positions(masked_fused, m.positions)), m.targets);
+    const torch::Tensor mlm =
+        loss::mlm_loss(model_->mlm_logits(model_->fuse_at(model_->encode_text(m.input_ids, mask),
+                                                          mask, image_tokens, m.positions)),
+                       m.targets);
 
     torch::Tensor total =
         cfg_.loss.itc_weight * itc.loss + cfg_.loss.itm_weight * itm + cfg_.loss.mlm_weight * mlm;

@@ -217,8 +217,8 @@ RetrievalEvalResult evaluate_retrieval(const Comm& comm, model::AlbefImpl& model
         const torch::Tensor ci = torch::tensor(cand, torch::kInt64);
         const auto k = static_cast<int64_t>(cand.size());
         const torch::Tensor fused =
-            model.fuse(text_hidden.index_select(0, ci), text_mask.index_select(0, ci),
-                       image_tokens.select(0, i).unsqueeze(0).expand({k, -1, -1}).contiguous());
+            model.fuse_cls(text_hidden.index_select(0, ci), text_mask.index_select(0, ci),
+                           image_tokens.select(0, i).unsqueeze(0).expand({k, -1, -1}).contiguous());
         const int64_t r_itm = reranked_rank(cand, itm_positive(fused), nt, pos);
         txt_itc.add(r_itc);
         txt_itm.add(r_itm);
@@ -238,9 +238,9 @@ RetrievalEvalResult evaluate_retrieval(const Comm& comm, model::AlbefImpl& model
         const torch::Tensor ci = torch::tensor(cand, torch::kInt64);
         const auto k = static_cast<int64_t>(cand.size());
         const torch::Tensor fused =
-            model.fuse(text_hidden.select(0, t).unsqueeze(0).expand({k, -1, -1}).contiguous(),
-                       text_mask.select(0, t).unsqueeze(0).expand({k, -1}).contiguous(),
-                       image_tokens.index_select(0, ci));
+            model.fuse_cls(text_hidden.select(0, t).unsqueeze(0).expand({k, -1, -1}).contiguous(),
+                           text_mask.select(0, t).unsqueeze(0).expand({k, -1}).contiguous(),
+                           image_tokens.index_select(0, ci));
         const int64_t r_itm = reranked_rank(cand, itm_positive(fused), ni, pos);
         img_itc.add(r_itc);
         img_itm.add(r_itm);

@@ -2,8 +2,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "fnvlp/model/attention.hpp"
 
@@ -194,6 +196,61 @@ torch::Tensor BertLayerImpl::forward(const torch::Tensor& x, const torch::Tensor
   return out_norm_(h + maybe_dropout(fc2_(torch::gelu(fc1_(h))), dropout_, train));
 }
 
+QuerySlots QuerySlots::of(const torch::Tensor& positions, int64_t B, int64_t L) {
+  FNVLP_CHECK(positions.dim() == 1, "fuse_at: positions must be [M], got " << positions.sizes());
+  const torch::Tensor pos = positions.to(torch::kCPU, torch::kLong).contiguous();
+  const int64_t M = pos.size(0);
+  const int64_t* p = pos.data_ptr<int64_t>();
+  std::vector<int64_t> count(static_cast<size_t>(B), 0), j(static_cast<size_t>(M));
+  for (int64_t i = 0; i < M; ++i) {
+    FNVLP_CHECK(p[i] >= 0 && p[i] < B * L,
+                "fuse_at: position " << p[i] << " outside [0, " << B * L << ")");
+    j[static_cast<size_t>(i)] = count[static_cast<size_t>(p[i] / L)]++;
+  }
+  QuerySlots q;
+  q.per_row = M == 0 ? 0 : *std::max_element(count.begin(), count.end());
+  torch::Tensor slots = torch::empty({M}, torch::kLong);
+  int64_t* sl = slots.data_ptr<int64_t>();
+  q.dense = M == B * q.per_row;
+  for (int64_t i = 0; i < M; ++i) {
+    sl[i] = (p[i] / L) * q.per_row + j[static_cast<size_t>(i)];
+    q.dense = q.dense && sl[i] == i;
+  }
+  q.rows = pos.to(positions.device());
+  q.slots = slots.to(positions.device());
+  return q;
+}
+
+torch::Tensor BertLayerImpl::forward_at(const torch::Tensor& x, const torch::Tensor& additive_mask,
+                                        const torch::Tensor& image_tokens, const QuerySlots& qs) {
+  const int64_t B = x.size(0), W = x.size(2);
+  const auto xq = x.reshape({-1, W}).index_select(0, qs.rows);  // [M, W]
+  // The M query rows as a [B, per_row, W] block for the attention kernel, and back.
+  auto to_block = [&](const torch::Tensor& t) {
+    if (qs.dense) return t.view({B, qs.per_row, W});
+    return torch::zeros({B * qs.per_row, W}, t.options())
+        .index_copy(0, qs.slots, t)
+        .view({B, qs.per_row, W});
+  };
+  auto from_block = [&](const torch::Tensor& t) {
+    const auto flat = t.reshape({-1, W});
+    return qs.dense ? flat : flat.index_select(0, qs.slots);
+  };
+  // Self-attention: queries of the M rows, keys and values of all L (the fused projection's
+  // q | k | v blocks, so the weights are the ones forward() uses).
+  const auto q = torch::linear(xq, qkv_->weight.narrow(0, 0, W), qkv_->bias.narrow(0, 0, W));
+  const auto kv =
+      torch::linear(x, qkv_->weight.narrow(0, W, 2 * W), qkv_->bias.narrow(0, W, 2 * W));
+  auto ctx = from_block(fused_cross_attention(to_block(q), kv, heads_, additive_mask));
+  auto h = attn_norm_(xq + attn_out_(ctx));
+  if (has_cross_attention()) {
+    FNVLP_CHECK(image_tokens.defined(), "fusion layer called without image tokens");
+    ctx = from_block(fused_cross_attention(to_block(cross_q_(h)), cross_kv_(image_tokens), heads_));
+    h = cross_norm_(h + cross_out_(ctx));
+  }
+  return out_norm_(h + fc2_(torch::gelu(fc1_(h))));
+}
+
 // ---------------------------------------------------------------------------------------------
 AlbefImpl::AlbefImpl(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg) {
   cfg_.validate();
@@ -280,6 +337,42 @@ torch::Tensor AlbefImpl::fuse(const torch::Tensor& text_hidden, const torch::Ten
   return x;
 }
 
+torch::Tensor AlbefImpl::fuse_at(const torch::Tensor& text_hidden, const torch::Tensor& mask,
+                                 const torch::Tensor& image_tokens,
+                                 const torch::Tensor& positions) {
+  const int64_t W = text_hidden.size(-1);
+  const bool fused_path = !fusion_layers_.empty() && fused_attention_applies(text_hidden) &&
+                          fused_attention_applies(image_tokens) &&
+                          !(cfg_.dropout > 0.0 && is_training());
+  if (!fused_path)
+    return fuse(text_hidden, mask, image_tokens)
+        .reshape({-1, W})
+        .index_select(0, positions.to(torch::kLong));
+  check_tokens(text_hidden, "fuse: text_hidden");
+  check_tokens(image_tokens, "fuse: image_tokens");
+  FNVLP_CHECK(
+      mask.dim() == 2 && mask.size(0) == text_hidden.size(0) &&
+          mask.size(1) == text_hidden.size(1) && image_tokens.size(0) == text_hidden.size(0),
+      "fuse: batch/length mismatch: text " << text_hidden.sizes() << ", mask " << mask.sizes()
+                                           << ", image " << image_tokens.sizes());
+  const QuerySlots qs = QuerySlots::of(positions, text_hidden.size(0), text_hidden.size(1));
+  if (qs.rows.numel() == 0) return text_hidden.reshape({-1, W}).index_select(0, qs.rows);
+  auto x = text_hidden;
+  const auto m = additive_key_mask(mask, x.scalar_type());
+  const size_t last = fusion_layers_.size() - 1;
+  for (size_t i = 0; i < last; ++i) x = fusion_layers_[i](x, m, image_tokens);
+  return fusion_layers_[last]->forward_at(x, m, image_tokens, qs);
+}
+
+torch::Tensor AlbefImpl::fuse_cls(const torch::Tensor& text_hidden, const torch::Tensor& mask,
+                                  const torch::Tensor& image_tokens) {
+  check_tokens(text_hidden, "fuse_cls: text_hidden");
+  const int64_t B = text_hidden.size(0), L = text_hidden.size(1);
+  return fuse_at(
+      text_hidden, mask, image_tokens,
+      torch::arange(0, B * L, L, torch::dtype(torch::kLong).device(text_hidden.device())));
+}
+
 torch::Tensor AlbefImpl::image_embed(const torch::Tensor& image_tokens) {
   check_tokens(image_tokens, "image_embed");
   // ALBEF: F.normalize(vision_proj(image_embeds[:, 0, :]), dim=-1)
@@ -304,8 +397,12 @@ torch::Tensor AlbefImpl::project_text_tokens(const torch::Tensor& tokens) {
 }
 
 torch::Tensor AlbefImpl::itm_logits(const torch::Tensor& fused) {
-  check_tokens(fused, "itm_logits");
-  return itm_head_(fused.select(1, 0));
+  FNVLP_CHECK(fused.defined() && (fused.dim() == 3 || fused.dim() == 2) &&
+                  fused.size(-1) == cfg_.text_width,
+              "itm_logits: expected [B, L, "
+                  << cfg_.text_width << "] or [B, " << cfg_.text_width << "], got "
+                  << (fused.defined() ? fused.sizes() : at::IntArrayRef{}));
+  return itm_head_(fused.dim() == 3 ? fused.select(1, 0) : fused);
 }
 
 torch::Tensor AlbefImpl::mlm_logits(const torch::Tensor& masked_hidden) {

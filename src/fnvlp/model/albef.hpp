@@ -9,8 +9,10 @@
 //   embeddings
 //
 // The losses (loss/) and the momentum model (a second Albef) are built on these entry points; the
-// model itself computes no loss. Attention uses one fused QKV projection and batched matmuls over
-// all heads (no per-head loop), which is what matters for speed on CPU.
+// model itself computes no loss. Attention uses one fused QKV projection; on CPU float32 the
+// fused kernels of model/attention.hpp, elsewhere batched matmuls over all heads. ITM and MLM read
+// the fusion output at a few rows only ([CLS]; masked positions), so fuse_cls / fuse_at run the
+// last fusion layer for those rows alone.
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -78,6 +80,18 @@ class BertEmbeddingsImpl : public torch::nn::Module {
 };
 TORCH_MODULE(BertEmbeddings);
 
+// Where M selected positions of a [B, L] text sit: `rows` [M] are their flat indices b * L + l
+// (the caller's order, which the output keeps), `slots` [M] their places b * per_row + j in a
+// [B, per_row] query block padded to the row with the most positions. `dense` when that block has
+// no padding and follows the caller's order (slots = 0..M-1), as for one [CLS] per row.
+struct QuerySlots {
+  torch::Tensor rows, slots;
+  int64_t per_row = 0;
+  bool dense = false;
+  // positions: int64 [M] flat indices into [B, L], each row at most once per position.
+  static QuerySlots of(const torch::Tensor& positions, int64_t B, int64_t L);
+};
+
 // One BERT post-norm layer (ALBEF models/xbert.py BertLayer). With cross_width > 0 it is a fusion
 // layer and adds cross-attention between self-attention and the FFN:
 //   a = LN1(x + Drop(O1 MHA(x, x; text mask)))
@@ -90,6 +104,12 @@ class BertLayerImpl : public torch::nn::Module {
   // additive_mask: [B,1,1,L] (0 for tokens, large negative for padding) or undefined.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& additive_mask,
                         const torch::Tensor& image_tokens = {});
+  // The same layer's output at a subset of query positions only, [M, width] (see QuerySlots):
+  // keys and values still come from every position of x, but the query projection, the
+  // attention rows, both output projections, the cross-attention and the FFN run for M rows.
+  // Fused CPU attention only, no dropout in training (AlbefImpl::fuse_at checks).
+  torch::Tensor forward_at(const torch::Tensor& x, const torch::Tensor& additive_mask,
+                           const torch::Tensor& image_tokens, const QuerySlots& q);
   bool has_cross_attention() const { return !cross_q_.is_empty(); }
 
  private:
@@ -118,6 +138,16 @@ class AlbefImpl : public torch::nn::Module {
   // Fusion layers over text_hidden with cross-attention to image_tokens -> [B,L,text_width].
   torch::Tensor fuse(const torch::Tensor& text_hidden, const torch::Tensor& mask,
                      const torch::Tensor& image_tokens);
+  // fuse(...) read at flat positions b * L + l only -> [M, text_width], as
+  // fuse(...).reshape({-1, width}).index_select(0, positions) but the last fusion layer runs for
+  // those M rows alone: nothing downstream reads its other rows (MLM reads the masked positions,
+  // ITM the [CLS]). Exact up to float rounding; with dropout in training or off the fused CPU
+  // kernels it is that gather of the full pass.
+  torch::Tensor fuse_at(const torch::Tensor& text_hidden, const torch::Tensor& mask,
+                        const torch::Tensor& image_tokens, const torch::Tensor& positions);
+  // fuse(...)[:, 0] -> [B, text_width], computed as fuse_at at the [CLS] of every row.
+  torch::Tensor fuse_cls(const torch::Tensor& text_hidden, const torch::Tensor& mask,
+                         const torch::Tensor& image_tokens);
   // L2-normalised projections of [CLS] (token 0) -> [B, embed_dim].
   torch::Tensor image_embed(const torch::Tensor& image_tokens);
   torch::Tensor text_embed(const torch::Tensor& text_hidden);
@@ -125,7 +155,8 @@ class AlbefImpl : public torch::nn::Module {
   // (TCL's local embeddings of patches and words, loss/tcl.hpp).
   torch::Tensor project_image_tokens(const torch::Tensor& tokens);
   torch::Tensor project_text_tokens(const torch::Tensor& tokens);
-  // ITM head on fused[:,0] -> [B,2] (class 1 = matched, as ALBEF's itm_labels).
+  // ITM head on fused[:,0] ([B, L, width], or the [CLS] states [B, width] of fuse_cls) -> [B,2]
+  // (class 1 = matched, as ALBEF's itm_labels).
   torch::Tensor itm_logits(const torch::Tensor& fused);
   // BERT MLM head: LN(GELU(W h + b)) E^T + bias with E the word embeddings (tied decoder). Apply it
   // to the hidden states of masked positions only: [..., text_width] -> [..., vocab_size].

@@ -221,14 +221,17 @@ struct SelfAttentionFn : public torch::autograd::Function<SelfAttentionFn> {
 
 struct CrossAttentionFn : public torch::autograd::Function<CrossAttentionFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in,
-                               const torch::Tensor& kv_in, int64_t heads) {
+                               const torch::Tensor& kv_in, const torch::Tensor& mask,
+                               int64_t heads) {
     const torch::Tensor q = rows_view(q_in), kv = rows_view(kv_in);
     const int64_t B = q.size(0), Lq = q.size(1), Lk = kv.size(1), W = q.size(2);
     const Dims s = dims(B, Lq, Lk, W, heads);
     const Operand kvo = operand(kv);
     torch::Tensor probs = torch::empty({B, heads, Lq, Lk}, q.options());
     torch::Tensor out = torch::empty({B, Lq, W}, q.options());
-    attention_forward(s, operand(q), kvo, kvo.from_col(W), nullptr, probs.data_ptr<float>(),
+    const torch::Tensor m = flat_mask(mask, B, Lk);
+    attention_forward(s, operand(q), kvo, kvo.from_col(W),
+                      m.defined() ? m.data_ptr<float>() : nullptr, probs.data_ptr<float>(),
                       output(out));
     ctx->save_for_backward({q, kv, probs});
     ctx->saved_data["heads"] = heads;
@@ -249,7 +252,7 @@ struct CrossAttentionFn : public torch::autograd::Function<CrossAttentionFn> {
     Output g = output(dkv);
     attention_backward(s, operand(q), kvo, kvo.from_col(W), probs.data_ptr<float>(), operand(dout),
                        scratch.data_ptr<float>(), output(dq), g, g.from_col(W));
-    return {dq, dkv, torch::Tensor()};
+    return {dq, dkv, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -274,13 +277,14 @@ torch::Tensor fused_self_attention(const torch::Tensor& qkv, const torch::Tensor
       qkv, additive_mask.defined() ? additive_mask : torch::empty({0}, qkv.options()), heads);
 }
 
-torch::Tensor fused_cross_attention(const torch::Tensor& q, const torch::Tensor& kv,
-                                    int64_t heads) {
+torch::Tensor fused_cross_attention(const torch::Tensor& q, const torch::Tensor& kv, int64_t heads,
+                                    const torch::Tensor& additive_mask) {
   check_input(q, 1, "fused_cross_attention");
   check_input(kv, 2, "fused_cross_attention");
   FNVLP_CHECK(kv.size(0) == q.size(0) && kv.size(2) == 2 * q.size(2),
               "fused_cross_attention: q " << q.sizes() << " and kv " << kv.sizes() << " disagree");
-  return CrossAttentionFn::apply(q, kv, heads);
+  return CrossAttentionFn::apply(
+      q, kv, additive_mask.defined() ? additive_mask : torch::empty({0}, q.options()), heads);
 }
 
 }  // namespace fnvlp::model

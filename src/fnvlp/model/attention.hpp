@@ -25,9 +25,11 @@ bool fused_attention_applies(const torch::Tensor& t);
 torch::Tensor fused_self_attention(const torch::Tensor& qkv, const torch::Tensor& additive_mask,
                                    int64_t heads);
 
-// Cross-attention: queries q [B, Lq, width], keys and values kv [B, Lk, 2 * width] laid out k | v
-// (xbert's cross-attention on image tokens, which have no padding: no mask). Returns
-// [B, Lq, width]. Differentiable in q and kv.
-torch::Tensor fused_cross_attention(const torch::Tensor& q, const torch::Tensor& kv, int64_t heads);
+// Attention with separate queries q [B, Lq, width] and keys and values kv [B, Lk, 2 * width] laid
+// out k | v: xbert's cross-attention on image tokens (no padding, no mask), and self-attention
+// evaluated at a subset of the query positions (additive_mask over the Lk text keys, as above).
+// Returns [B, Lq, width]. Differentiable in q and kv.
+torch::Tensor fused_cross_attention(const torch::Tensor& q, const torch::Tensor& kv, int64_t heads,
+                                    const torch::Tensor& additive_mask = {});
 
 }  // namespace fnvlp::model

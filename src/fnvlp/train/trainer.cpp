@@ -454,10 +454,9 @@ class Trainer {
           data::hash_key({static_cast<uint64_t>(cfg_.train.seed), static_cast<uint64_t>(step_),
                           static_cast<uint64_t>(comm_.rank()), 0}));
       const auto tokens = model_->encode_image(images);
-      const auto fused = model_->fuse(model_->encode_text(m.input_ids, mask), mask, tokens);
-      after =
-          loss::mlm_loss(model_->mlm_logits(loss::gather_positions(fused, m.positions)), m.targets)
-              .item<double>();
+      const auto at_masked =
+          model_->fuse_at(model_->encode_text(m.input_ids, mask), mask, tokens, m.positions);
+      after = loss::mlm_loss(model_->mlm_logits(at_masked), m.targets).item<double>();
     }
     const double reward = mlm_before - after;
     falcon_->loss_backward(reward, draws_);
@@ -681,9 +680,11 @@ class Trainer {
         itc.sim_t2i.index({torch::indexing::Slice(), local}), batch.image_id, itm_excl_i2t,
         itm_excl_t2i, loss::parse_itm_negative_mode(cfg_.loss.itm_negatives), itm_gen);
     const loss::ItmPairs pairs = loss::itm_pairs(negatives);
-    const torch::Tensor fused = model_->fuse(text_hidden.index_select(0, pairs.text_index),
-                                             mask.index_select(0, pairs.text_index),
-                                             image_tokens.index_select(0, pairs.image_index));
+    // ITM reads the fused [CLS] only, MLM the masked positions only: fuse_cls / fuse_at run the
+    // last fusion layer for those rows alone (exact; ALBEF computes all rows).
+    const torch::Tensor fused = model_->fuse_cls(text_hidden.index_select(0, pairs.text_index),
+                                                 mask.index_select(0, pairs.text_index),
+                                                 image_tokens.index_select(0, pairs.image_index));
     const torch::Tensor itm = loss::itm_loss(model_->itm_logits(fused), pairs.labels);
 
     // MLM on a masked copy of the captions, conditioned on the image (skipped at weight 0, as in
@@ -695,20 +696,18 @@ class Trainer {
       auto mlm_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 3);
       m = loss::mask_tokens(ids, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size, kMaskId,
                             {kPadId, kClsId, kSepId}, mlm_gen);
-      const torch::Tensor masked_fused =
-          model_->fuse(model_->encode_text(m.input_ids, mask), mask, image_tokens);
-      const torch::Tensor logits =
-          model_->mlm_logits(loss::gather_positions(masked_fused, m.positions));
+      const torch::Tensor logits = model_->mlm_logits(
+          model_->fuse_at(model_->encode_text(m.input_ids, mask), mask, image_tokens, m.positions));
       if (momentum_) {
         // ALBEF's distilled MLM: soft labels = softmax of the momentum model's MLM logits on the
         // same masked input, fused with the momentum image tokens; mixed with the same alpha.
         torch::Tensor soft;
         {
           torch::NoGradGuard no_grad;
-          const torch::Tensor fused_m =
-              momentum_->fuse(momentum_->encode_text(m.input_ids, mask), mask, image_tokens_m);
-          soft = torch::softmax(momentum_->mlm_logits(loss::gather_positions(fused_m, m.positions)),
-                                1);
+          soft = torch::softmax(
+              momentum_->mlm_logits(momentum_->fuse_at(momentum_->encode_text(m.input_ids, mask),
+                                                       mask, image_tokens_m, m.positions)),
+              1);
         }
         mlm = loss::mlm_loss(logits, m.targets, soft, alpha);
         if (falcon_) mlm_hard = loss::mlm_loss(logits.detach(), m.targets).item<double>();

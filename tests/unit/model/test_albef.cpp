@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -356,6 +357,83 @@ TEST(Albef, EveryParameterGetsAGradient) {
   const int64_t expected = (2 + 2 + 2 + 12 * cfg.vision_layers) + (3 + 2 + 12 * cfg.text_layers) +
                            20 * cfg.fusion_layers + 4 + 2 + 5 + 1;
   EXPECT_EQ(checked, expected);
+}
+
+// fuse_at runs the last fusion layer for the selected rows only; its outputs and every gradient
+// must be those of the full pass read at the same positions (ragged rows, a row without any,
+// positions out of order), with one fusion layer (tiny) and with two (earlier layers full).
+void check_fuse_at(int64_t fusion_layers, uint64_t seed) {
+  auto cfg = preset("tiny");
+  cfg.fusion_layers = fusion_layers;
+  Albef at_model(cfg, seed), full_model(cfg, seed);
+  const auto b = make_batch(cfg, {12, 30, 5, 9}, 30, seed + 1);
+  const int64_t L = 30, W = cfg.text_width;
+  const auto pos =
+      torch::tensor(std::vector<int64_t>{2 * L + 3, 1, 7, 3 * L + 2, 10, 3 * L + 8, 0});
+  auto g = gen(seed + 2);
+  const auto upstream = torch::randn({pos.size(0), W}, g);
+
+  auto run = [&](Albef& m, bool at) {
+    const auto txt = m->encode_text(b.ids, b.mask);
+    const auto img = m->encode_image(b.images);
+    const auto out = at ? m->fuse_at(txt, b.mask, img, pos)
+                        : m->fuse(txt, b.mask, img).reshape({-1, W}).index_select(0, pos);
+    (out * upstream).sum().backward();
+    return out.detach();
+  };
+  const auto got = run(at_model, true), want = run(full_model, false);
+  ASSERT_EQ(got.sizes(), want.sizes());
+  EXPECT_LT(max_abs_diff(got, want), 1e-5) << fusion_layers << " fusion layers";
+  const auto pa = at_model->named_parameters(), pf = full_model->named_parameters();
+  int64_t compared = 0;
+  for (const auto& kv : pf) {
+    const auto& gf = kv.value().grad();
+    const auto& ga = pa[kv.key()].grad();
+    ASSERT_EQ(ga.defined(), gf.defined()) << kv.key();
+    if (!gf.defined()) continue;
+    const double scale = std::max(1e-3, gf.abs().max().item<double>());
+    EXPECT_LT(max_abs_diff(ga, gf) / scale, 1e-4) << kv.key();
+    ++compared;
+  }
+  EXPECT_GT(compared, 20);
+}
+
+TEST(Albef, FuseAtMatchesTheFullPassAtThosePositions) {
+  check_fuse_at(1, 40);
+  check_fuse_at(2, 41);
+}
+
+TEST(Albef, FuseClsIsTheFullPassAtClsAndFeedsItm) {
+  const auto cfg = preset("tiny");
+  Albef model(cfg, 42);
+  const auto b = make_batch(cfg, {12, 30, 5}, 30, 43);
+  const auto txt = model->encode_text(b.ids, b.mask);
+  const auto img = model->encode_image(b.images);
+  const auto full = model->fuse(txt, b.mask, img);
+  const auto cls = model->fuse_cls(txt, b.mask, img);
+  ASSERT_EQ(cls.sizes(), (std::vector<int64_t>{3, cfg.text_width}));
+  EXPECT_LT(max_abs_diff(cls, full.select(1, 0)), 1e-5);
+  EXPECT_LT(max_abs_diff(model->itm_logits(cls), model->itm_logits(full)), 1e-5);
+  // No position: an empty result still tied to the graph; a position outside [0, B L) is refused.
+  const auto none = model->fuse_at(txt, b.mask, img, torch::empty({0}, torch::kLong));
+  EXPECT_EQ(none.sizes(), (std::vector<int64_t>{0, cfg.text_width}));
+  EXPECT_THROW(model->fuse_at(txt, b.mask, img, torch::tensor({90}, torch::kLong)), fnvlp::Error);
+  EXPECT_THROW(model->itm_logits(torch::zeros({3, 7})), fnvlp::Error);
+}
+
+// Off the fused kernels (double here; CUDA and attention dropout in training alike) fuse_at is the
+// gather of the full pass.
+TEST(Albef, FuseAtFallsBackToTheFullPassOffTheFusedKernels) {
+  const auto cfg = preset("tiny");
+  Albef model(cfg, 44);
+  model->to(torch::kDouble);
+  const auto b = make_batch(cfg, {12, 5}, 30, 45);
+  const auto txt = model->encode_text(b.ids, b.mask);
+  const auto img = model->encode_image(b.images.to(torch::kDouble));
+  const auto pos = torch::tensor({4, 30 + 2}, torch::kLong);
+  const auto want =
+      model->fuse(txt, b.mask, img).reshape({-1, cfg.text_width}).index_select(0, pos);
+  EXPECT_TRUE(torch::equal(model->fuse_at(txt, b.mask, img, pos), want));
 }
 
 TEST(Albef, BasePresetRunsOneStepOnCpu) {

@@ -81,17 +81,17 @@ TEST(FusedAttention, SelfAttentionMatchesMatmulFormulation) {
   check_self(4, 30, 12, 64, true, 4);  // BERT-base heads
 }
 
-TEST(FusedAttention, CrossAttentionMatchesMatmulFormulation) {
-  auto g = gen(5);
-  const int64_t B = 4, Lq = 13, Lk = 65, heads = 4, d = 16, W = heads * d;
+void check_cross(int64_t B, int64_t Lq, int64_t Lk, const torch::Tensor& mask, uint64_t seed) {
+  auto g = gen(seed);
+  const int64_t heads = 4, d = 16, W = heads * d;
   const auto q0 = torch::randn({B, Lq, W}, g), kv0 = torch::randn({B, Lk, 2 * W}, g);
   const auto upstream = torch::randn({B, Lq, W}, g);
 
   auto q = q0.clone().requires_grad_(true), kv = kv0.clone().requires_grad_(true);
-  const auto ref = reference(q, kv.narrow(2, 0, W), kv.narrow(2, W, W), {}, heads);
+  const auto ref = reference(q, kv.narrow(2, 0, W), kv.narrow(2, W, W), mask, heads);
   ref.backward(upstream);
   auto qf = q0.clone().requires_grad_(true), kvf = kv0.clone().requires_grad_(true);
-  const auto out = fused_cross_attention(qf, kvf, heads);
+  const auto out = fused_cross_attention(qf, kvf, heads, mask);
   out.backward(upstream);
 
   expect_close(out, ref, 1e-5, "cross-attention output");
@@ -99,8 +99,16 @@ TEST(FusedAttention, CrossAttentionMatchesMatmulFormulation) {
   expect_close(kvf.grad(), kv.grad(), 1e-4, "cross-attention d(kv)");
 }
 
+TEST(FusedAttention, CrossAttentionMatchesMatmulFormulation) {
+  check_cross(4, 13, 65, {}, 5);  // text queries on image tokens: no mask
+  // A few query rows against padded text keys (the last fusion layer at selected positions).
+  check_cross(3, 2, 30, key_mask({30, 4, 11}, 30), 8);
+  check_cross(5, 1, 17, key_mask({1, 17, 2, 9, 16}, 17).view({5, 1, 1, 17}), 9);
+}
+
 // A padded key must get exactly zero weight: changing its key and value changes nothing, and no
-// gradient reaches it.
+// gradient reaches it (self-attention; the masked cross-attention shares the kernel and is
+// checked against the reference above).
 TEST(FusedAttention, PaddedKeysGetExactlyZeroWeight) {
   auto g = gen(6);
   const int64_t B = 2, L = 9, heads = 2, d = 4, W = heads * d;
