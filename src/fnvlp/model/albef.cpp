@@ -93,6 +93,18 @@ void check_tokens(const torch::Tensor& t, const char* what) {
                                                 << (t.defined() ? t.sizes() : at::IntArrayRef{}));
 }
 
+// fuse / fuse_at: text and image token batches of one batch size, a [B, L] mask for the text.
+void check_fuse_inputs(const torch::Tensor& text_hidden, const torch::Tensor& mask,
+                       const torch::Tensor& image_tokens) {
+  check_tokens(text_hidden, "fuse: text_hidden");
+  check_tokens(image_tokens, "fuse: image_tokens");
+  FNVLP_CHECK(
+      mask.dim() == 2 && mask.size(0) == text_hidden.size(0) &&
+          mask.size(1) == text_hidden.size(1) && image_tokens.size(0) == text_hidden.size(0),
+      "fuse: batch/length mismatch: text " << text_hidden.sizes() << ", mask " << mask.sizes()
+                                           << ", image " << image_tokens.sizes());
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -324,13 +336,7 @@ torch::Tensor AlbefImpl::encode_text(const torch::Tensor& ids, const torch::Tens
 
 torch::Tensor AlbefImpl::fuse(const torch::Tensor& text_hidden, const torch::Tensor& mask,
                               const torch::Tensor& image_tokens) {
-  check_tokens(text_hidden, "fuse: text_hidden");
-  check_tokens(image_tokens, "fuse: image_tokens");
-  FNVLP_CHECK(
-      mask.dim() == 2 && mask.size(0) == text_hidden.size(0) &&
-          mask.size(1) == text_hidden.size(1) && image_tokens.size(0) == text_hidden.size(0),
-      "fuse: batch/length mismatch: text " << text_hidden.sizes() << ", mask " << mask.sizes()
-                                           << ", image " << image_tokens.sizes());
+  check_fuse_inputs(text_hidden, mask, image_tokens);
   auto x = text_hidden;
   const auto m = additive_key_mask(mask, x.scalar_type());
   for (auto& layer : fusion_layers_) x = layer(x, m, image_tokens);
@@ -348,13 +354,7 @@ torch::Tensor AlbefImpl::fuse_at(const torch::Tensor& text_hidden, const torch::
     return fuse(text_hidden, mask, image_tokens)
         .reshape({-1, W})
         .index_select(0, positions.to(torch::kLong));
-  check_tokens(text_hidden, "fuse: text_hidden");
-  check_tokens(image_tokens, "fuse: image_tokens");
-  FNVLP_CHECK(
-      mask.dim() == 2 && mask.size(0) == text_hidden.size(0) &&
-          mask.size(1) == text_hidden.size(1) && image_tokens.size(0) == text_hidden.size(0),
-      "fuse: batch/length mismatch: text " << text_hidden.sizes() << ", mask " << mask.sizes()
-                                           << ", image " << image_tokens.sizes());
+  check_fuse_inputs(text_hidden, mask, image_tokens);
   const QuerySlots qs = QuerySlots::of(positions, text_hidden.size(0), text_hidden.size(1));
   if (qs.rows.numel() == 0) return text_hidden.reshape({-1, W}).index_select(0, qs.rows);
   auto x = text_hidden;
