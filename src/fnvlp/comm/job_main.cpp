@@ -4,12 +4,14 @@
 
 #include "fnvlp/core/fault.hpp"
 #include "fnvlp/core/log.hpp"
+#include "fnvlp/core/malloc_tuning.hpp"
 #include "fnvlp/version.hpp"
 
 namespace fnvlp {
 
 int job_main(int argc, char** argv, const char* program,
              const std::function<int(Comm&, int, char**)>& body) {
+  keep_freed_memory();  // before the first large allocation; see malloc_tuning.hpp
   MpiRuntime mpi(&argc, &argv);
   int code = 0;
   {
