@@ -67,6 +67,7 @@ class StepBench {
     std::vector<torch::Tensor> decay, no_decay;
     for (auto& p : model_->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
     params_ = model_->parameters();
+    grads_ = std::make_unique<train::FlatGradients>(params_);
     auto adamw = [&](double wd) {
       return torch::optim::AdamWOptions(cfg_.optim.lr)
           .betas({cfg_.optim.beta1, cfg_.optim.beta2})
@@ -151,11 +152,11 @@ class StepBench {
       sum_rows(g.txt_all);
       total = total + cfg_.loss.itc_weight * loss::itc_cross_rank_term(in, g);
     }
-    optimizer_->zero_grad();
+    grads_->zero();
     ++step_;
     if (!finite) return total_value;
     total.backward();
-    train::allreduce_gradients(comm_, params_);
+    grads_->allreduce_mean(comm_);
     if (cfg_.optim.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params_, cfg_.optim.grad_clip);
     train::fused_adamw_step(*optimizer_);
     return total_value;
@@ -173,6 +174,7 @@ class StepBench {
   int64_t step_ = 0;
   model::Albef model_;
   std::vector<torch::Tensor> params_;
+  std::unique_ptr<train::FlatGradients> grads_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
 };
 

@@ -53,3 +53,45 @@ TEST(GradSync, AllgatherRowsKeepsRankOrderAndOffsets) {
   EXPECT_TRUE(torch::equal(all.slice(0, offset, offset + r + 1), local));
   EXPECT_FALSE(all.requires_grad());
 }
+
+TEST(GradSync, FlatGradientsAverageInPlaceLikeTheBuckets) {
+  Comm comm;
+  const int n = comm.size();
+  torch::manual_seed(7);  // the same replica on every rank
+  torch::nn::Linear lin(6, 5), ref(6, 5);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < lin->parameters().size(); ++i)
+      ref->parameters()[i].copy_(lin->parameters()[i]);
+  }
+  fnvlp::train::FlatGradients grads(lin->parameters());
+  const float* base = grads.buffer().data_ptr<float>();
+  ASSERT_EQ(grads.buffer().numel(), 6 * 5 + 5);
+  for (int step = 0; step < 2; ++step) {  // the second step checks zero() and re-accumulation
+    // Different data per rank and step.
+    auto x = torch::arange(12, torch::kFloat).reshape({2, 6}) * float(comm.rank() + 1 + step);
+    grads.zero();
+    lin->forward(x).pow(2).sum().backward();
+    for (auto& p : ref->parameters()) p.mutable_grad() = torch::Tensor();
+    ref->forward(x).pow(2).sum().backward();
+    // Autograd accumulated into the bound views: nothing to re-bind.
+    for (auto& p : lin->parameters())
+      EXPECT_GE(static_cast<const float*>(p.grad().data_ptr()), base);
+    const int calls = grads.allreduce_mean(comm, 7);  // small chunks: 35 floats in 5 calls
+    EXPECT_EQ(calls, n == 1 ? 0 : 5);
+    fnvlp::train::allreduce_gradients(comm, ref->parameters());
+    for (size_t i = 0; i < ref->parameters().size(); ++i)
+      EXPECT_TRUE(torch::allclose(lin->parameters()[i].grad(), ref->parameters()[i].grad()))
+          << "parameter " << i << ", step " << step;
+  }
+  EXPECT_EQ(grads.rebinds(), 0);
+
+  // A gradient replaced behind the buffer's back still enters the average, and is bound again.
+  lin->weight.mutable_grad() = torch::full({5, 6}, float(comm.rank()));
+  lin->bias.mutable_grad() = torch::Tensor();  // no gradient: counts as zeros
+  grads.allreduce_mean(comm);
+  EXPECT_EQ(grads.rebinds(), 2);
+  EXPECT_TRUE(torch::allclose(lin->weight.grad(), torch::full({5, 6}, (n - 1) / 2.0f)));
+  EXPECT_TRUE(torch::equal(lin->bias.grad(), torch::zeros({5})));
+  EXPECT_EQ(lin->weight.grad().data_ptr(), grads.buffer().data_ptr());
+}

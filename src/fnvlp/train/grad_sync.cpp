@@ -1,5 +1,8 @@
 #include "fnvlp/train/grad_sync.hpp"
 
+#include <algorithm>
+#include <limits>
+
 namespace fnvlp::train {
 
 namespace {
@@ -61,6 +64,58 @@ int allreduce_gradients(const Comm& comm, const std::vector<torch::Tensor>& para
     members.push_back(grad);
   }
   flush();
+  return calls;
+}
+
+FlatGradients::FlatGradients(std::vector<torch::Tensor> params) : params_(std::move(params)) {
+  int64_t total = 0;
+  for (const auto& p : params_) {
+    FNVLP_CHECK(p.scalar_type() == torch::kFloat && p.device().is_cpu(),
+                "flat gradients expect float32 CPU parameters, got " << p.scalar_type());
+    offsets_.push_back(total);
+    total += p.numel();
+  }
+  flat_ = torch::zeros({total}, torch::kFloat);
+  for (size_t i = 0; i < params_.size(); ++i)
+    params_[i].mutable_grad() =
+        flat_.narrow(0, offsets_[i], params_[i].numel()).view_as(params_[i]);
+}
+
+void FlatGradients::zero() {
+  rebind_replaced();
+  flat_.zero_();
+}
+
+void FlatGradients::rebind_replaced() {
+  torch::NoGradGuard no_grad;
+  const float* base = flat_.data_ptr<float>();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& grad = params_[i].mutable_grad();
+    auto slot = flat_.narrow(0, offsets_[i], params_[i].numel()).view_as(params_[i]);
+    if (grad.defined() && grad.data_ptr() == static_cast<const void*>(base + offsets_[i]) &&
+        grad.is_contiguous())
+      continue;
+    if (grad.defined())
+      slot.copy_(grad);
+    else
+      slot.zero_();
+    grad = slot;
+    ++rebinds_;
+  }
+}
+
+int FlatGradients::allreduce_mean(const Comm& comm, size_t chunk_elems) {
+  rebind_replaced();
+  if (comm.size() == 1) return 0;
+  torch::NoGradGuard no_grad;
+  FNVLP_CHECK(chunk_elems > 0 && chunk_elems <= size_t(std::numeric_limits<int>::max()),
+              "allreduce chunk of " << chunk_elems << " floats: must be in [1, 2^31)");
+  float* data = flat_.data_ptr<float>();
+  const auto n = static_cast<size_t>(flat_.numel());
+  int calls = 0;
+  for (size_t off = 0; off < n; off += chunk_elems, ++calls)
+    comm.allreduce(data + off, std::min(chunk_elems, n - off), MPI_SUM);
+  flat_.mul_(1.0f / static_cast<float>(comm.size()));
   return calls;
 }
 

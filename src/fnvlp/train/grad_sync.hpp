@@ -21,6 +21,36 @@ void broadcast_module(const Comm& comm, torch::nn::Module& module, int root = 0)
 int allreduce_gradients(const Comm& comm, const std::vector<torch::Tensor>& params,
                         size_t bucket_bytes = 16u << 20);
 
+// The gradients of a fixed parameter list as views of one flat float buffer, so that averaging
+// them over ranks is one in-place allreduce on that buffer: no packing into buckets and back (two
+// passes over every gradient) and no fresh bucket memory to fault in at every step. Autograd
+// accumulates into a gradient that is already defined in place (`grad += new`, libtorch's
+// AccumulateGrad without create_graph), so once bound the views stay the gradients; a gradient
+// that was replaced anyway (set to a new tensor by other code) is copied back into its slot and
+// re-bound before the allreduce, so the result never depends on that.
+class FlatGradients {
+ public:
+  // Binds every parameter's gradient to its slice (zeros); the parameters must be float32.
+  explicit FlatGradients(std::vector<torch::Tensor> params);
+  // Zeroes every gradient (the optimizer's zero_grad, as one pass over the buffer).
+  void zero();
+  // Averages the gradients over the ranks of `comm`, in place, with allreduce calls of at most
+  // `chunk_elems` floats each (MPI counts are int). Deterministic for a fixed rank count, like
+  // allreduce_gradients. Returns the number of allreduce calls (0 on one rank).
+  int allreduce_mean(const Comm& comm, size_t chunk_elems = size_t(1) << 28);
+  // How many gradients were found replaced and re-bound so far (0 in a normal run).
+  int64_t rebinds() const { return rebinds_; }
+  const torch::Tensor& buffer() const { return flat_; }
+
+ private:
+  void rebind_replaced();
+
+  std::vector<torch::Tensor> params_;
+  std::vector<int64_t> offsets_;
+  torch::Tensor flat_;
+  int64_t rebinds_ = 0;
+};
+
 // All-gathers a float tensor [b, ...] (rows differing per rank allowed) into [B, ...] in rank
 // order, without gradient; `offset` receives the first row of this rank's block.
 torch::Tensor allgather_rows(const Comm& comm, const torch::Tensor& local, int64_t* offset);

@@ -156,6 +156,7 @@ class Trainer {
     std::vector<torch::Tensor> decay, no_decay;
     for (auto& p : model_->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
     params_ = model_->parameters();
+    grads_ = std::make_unique<FlatGradients>(params_);
     auto adamw = [&](double wd) {
       return torch::optim::AdamWOptions(cfg_.optim.lr)
           .betas({cfg_.optim.beta1, cfg_.optim.beta2})
@@ -741,7 +742,7 @@ class Trainer {
       sum_rows(g.txt_all);
       total = total + cfg_.loss.itc_weight * loss::itc_cross_rank_term(in, g);
     }
-    optimizer_->zero_grad();
+    grads_->zero();
     phases_.lap(PhaseClock::kComm);
     skips_.record(!finite, step_);
     if (!finite) {
@@ -752,7 +753,7 @@ class Trainer {
     }
     total.backward();
     phases_.lap(PhaseClock::kBackward);
-    allreduce_gradients(comm_, params_);
+    grads_->allreduce_mean(comm_);
     phases_.lap(PhaseClock::kComm);
     if (cfg_.optim.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params_, cfg_.optim.grad_clip);
     fused_adamw_step(*optimizer_);
@@ -1134,6 +1135,7 @@ class Trainer {
   std::vector<double> reward_window_ = std::vector<double>(2, 0.0);  // sum of rewards; count
   model::Albef model_;
   std::vector<torch::Tensor> params_;
+  std::unique_ptr<FlatGradients> grads_;  // params_' gradients, one buffer for the allreduce
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   data::Augmenter augment_;
   CheckpointManager ckpt_;
