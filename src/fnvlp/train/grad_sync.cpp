@@ -76,9 +76,11 @@ FlatGradients::FlatGradients(std::vector<torch::Tensor> params) : params_(std::m
     total += p.numel();
   }
   flat_ = torch::zeros({total}, torch::kFloat);
-  for (size_t i = 0; i < params_.size(); ++i)
-    params_[i].mutable_grad() =
-        flat_.narrow(0, offsets_[i], params_[i].numel()).view_as(params_[i]);
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].mutable_grad() = slot(i);
+}
+
+torch::Tensor FlatGradients::slot(size_t i) const {
+  return flat_.narrow(0, offsets_[i], params_[i].numel()).view_as(params_[i]);
 }
 
 void FlatGradients::zero() {
@@ -91,15 +93,16 @@ void FlatGradients::rebind_replaced() {
   const float* base = flat_.data_ptr<float>();
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& grad = params_[i].mutable_grad();
-    auto slot = flat_.narrow(0, offsets_[i], params_[i].numel()).view_as(params_[i]);
+    // Runs twice per step: the bound case must cost a pointer compare, no tensor.
     if (grad.defined() && grad.data_ptr() == static_cast<const void*>(base + offsets_[i]) &&
         grad.is_contiguous())
       continue;
+    auto own = slot(i);
     if (grad.defined())
-      slot.copy_(grad);
+      own.copy_(grad);
     else
-      slot.zero_();
-    grad = slot;
+      own.zero_();
+    grad = own;
     ++rebinds_;
   }
 }

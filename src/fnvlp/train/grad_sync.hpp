@@ -44,6 +44,7 @@ class FlatGradients {
 
  private:
   void rebind_replaced();
+  torch::Tensor slot(size_t i) const;  // parameter i's view of the buffer
 
   std::vector<torch::Tensor> params_;
   std::vector<int64_t> offsets_;
