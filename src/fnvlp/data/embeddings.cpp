@@ -131,14 +131,16 @@ EmbeddingsFile::~EmbeddingsFile() {
   delete impl_;
 }
 
-void EmbeddingsFile::read_emb(bool image, int64_t row, int64_t n, float* out) const {
-  FNVLP_CHECK(row >= 0 && n >= 0 && row + n <= n_,
-              path_ << ": rows " << row << "+" << n << " outside [0, " << n_ << ")");
+void EmbeddingsFile::read_emb(bool image, int64_t row, int64_t n, float* out,
+                              int64_t stride) const {
+  FNVLP_CHECK(row >= 0 && n >= 0 && stride >= 1 && (n == 0 || row + (n - 1) * stride < n_),
+              path_ << ": " << n << " rows from " << row << " every " << stride << " outside [0, "
+                    << n_ << ")");
   if (n == 0) return;
   std::lock_guard<std::mutex> lock(h5::global_mutex());
   h5::read_rows(image ? impl_->image : impl_->text, H5T_NATIVE_FLOAT, out,
                 static_cast<hsize_t>(row), static_cast<hsize_t>(n),
-                path_ + (image ? ":/image_emb" : ":/text_emb"));
+                path_ + (image ? ":/image_emb" : ":/text_emb"), static_cast<hsize_t>(stride));
 }
 
 void EmbeddingsFile::read_lambda(bool image, int64_t row, int64_t n, float* out) const {

@@ -41,8 +41,9 @@ class EmbeddingsFile {
   const std::vector<int64_t>& image_id() const { return image_id_; }
   const std::vector<int32_t>& label() const { return label_; }
   bool has_lambda() const { return has_lambda_; }
-  // Rows [row, row + n) of image_emb (image = true) or text_emb into out (n * dim floats).
-  void read_emb(bool image, int64_t row, int64_t n, float* out) const;
+  // Rows row, row + stride, ... (n rows) of image_emb (image = true) or text_emb into out
+  // (n * dim floats).
+  void read_emb(bool image, int64_t row, int64_t n, float* out, int64_t stride = 1) const;
   // Rows [row, row + n) of glofnd_lambda_image / glofnd_lambda_text.
   void read_lambda(bool image, int64_t row, int64_t n, float* out) const;
 

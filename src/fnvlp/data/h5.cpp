@@ -275,21 +275,24 @@ std::vector<hsize_t> check_stored_layout(hid_t dataset, const StoredLayout& expe
 
 namespace {
 // Selects rows [row, row + n_rows) of the dataset's file space.
+// Rows row, row + stride, ... (n_rows of them).
 Handle select_rows(hid_t dataset, hsize_t row, hsize_t n_rows, std::vector<hsize_t>* count,
-                   const std::string& context) {
+                   const std::string& context, hsize_t stride = 1) {
   Handle fspace(H5_CHECK(H5Dget_space(dataset), context), H5Sclose);
   const int rank = H5_CHECK(H5Sget_simple_extent_ndims(fspace), context);
   std::vector<hsize_t> shape(static_cast<size_t>(rank));
   H5_CHECK(H5Sget_simple_extent_dims(fspace, shape.data(), nullptr), context);
-  FNVLP_CHECK(row + n_rows <= shape[0], context << ": rows [" << row << ", " << row + n_rows
-                                                << ") outside " << shape[0] << " rows");
-  std::vector<hsize_t> start(shape.size(), 0);
+  const hsize_t end = n_rows == 0 ? row : row + (n_rows - 1) * stride + 1;
+  FNVLP_CHECK(stride >= 1 && end <= shape[0],
+              context << ": rows [" << row << ", " << end << ") outside " << shape[0] << " rows");
+  std::vector<hsize_t> start(shape.size(), 0), step(shape.size(), 1);
   start[0] = row;
+  step[0] = stride;
   *count = shape;
   (*count)[0] = n_rows;
-  H5_CHECK(
-      H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, count->data(), nullptr),
-      context);
+  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), step.data(), count->data(),
+                               nullptr),
+           context);
   return fspace;
 }
 }  // namespace
@@ -311,10 +314,10 @@ void write_rows(hid_t dataset, hid_t mem_type, const void* data, hsize_t row, hs
 }
 
 void read_rows(hid_t dataset, hid_t mem_type, void* out, hsize_t row, hsize_t n_rows,
-               const std::string& context) {
+               const std::string& context, hsize_t stride) {
   if (n_rows == 0) return;
   std::vector<hsize_t> count;
-  Handle fspace = select_rows(dataset, row, n_rows, &count, context);
+  Handle fspace = select_rows(dataset, row, n_rows, &count, context, stride);
   Handle mspace(
       H5_CHECK(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), context),
       H5Sclose);

@@ -116,8 +116,9 @@ std::vector<hsize_t> check_stored_layout(hid_t dataset, const StoredLayout& expe
 // first grown to row + n_rows.
 void write_rows(hid_t dataset, hid_t mem_type, const void* data, hsize_t row, hsize_t n_rows,
                 bool extend, const std::string& context);
+// Reads rows row, row + stride, ... (n_rows of them; one selection, so each chunk is read once).
 void read_rows(hid_t dataset, hid_t mem_type, void* out, hsize_t row, hsize_t n_rows,
-               const std::string& context);
+               const std::string& context, hsize_t stride = 1);
 
 template <typename T>
 void write_dataset(hid_t loc, const std::string& name, const std::vector<T>& data,
