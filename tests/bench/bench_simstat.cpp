@@ -78,7 +78,9 @@ int main(int argc, char** argv) {
         "bins", "histogram bins", cxxopts::value(p.bins)->default_value("4096"))(
         "fnc-batch", "FNC batch (0: none)", cxxopts::value(p.fnc_batch)->default_value("256"))(
         "tile", "GEMM tile columns", cxxopts::value(p.tile)->default_value("4096"))(
-        "row-block", "anchors per block", cxxopts::value(p.row_block)->default_value("2048"));
+        "row-block", "anchors per block", cxxopts::value(p.row_block)->default_value("2048"))(
+        "start-sample", "starting-threshold sample (-1: N/32, 0: none)",
+        cxxopts::value(p.start_sample)->default_value("-1"));
     cli.parse(argc, argv);
     torch::set_num_threads(1);
     fnvlp::similarity::KokkosRuntime kokkos;
@@ -111,19 +113,24 @@ int main(int argc, char** argv) {
         auto gp = p;
         gp.gemm_only = true;
         double best_gemm = 1e30, best_pass = 1e30;
+        fnvlp::similarity::RowStats st;
         for (int rep = 0; rep < 3; ++rep) {
           double t = now();
           fnvlp::similarity::anchor_stats(anchors.data(), 0, rows, d, mem, n, f.image_id(),
                                           f.label(), batches, nullptr, gp);
           best_gemm = std::min(best_gemm, now() - t);
           t = now();
-          fnvlp::similarity::anchor_stats(anchors.data(), 0, rows, d, mem, n, f.image_id(),
-                                          f.label(), batches, nullptr, p);
+          st = fnvlp::similarity::anchor_stats(anchors.data(), 0, rows, d, mem, n, f.image_id(),
+                                               f.label(), batches, nullptr, p);
           best_pass = std::min(best_pass, now() - t);
         }
         out["sgemm_gflops"] = flop / best_gemm / 1e9;
         out["pass_gflops"] = flop / best_pass / 1e9;
         out["pass_fraction_of_sgemm"] = best_gemm / best_pass;
+        out["classify"] = fnvlp::similarity::classify_chunk64_impl();
+        out["start_sample"] = st.start_sample;
+        out["restarted_rows"] = st.restarted_rows;
+        out["scalar_path_fraction"] = double(st.scalar_values) / (double(rows) * double(n));
       } else {
 #ifdef FNVLP_BENCH_FAISS
         omp_set_num_threads(1);
@@ -187,6 +194,12 @@ int main(int argc, char** argv) {
       out["gemm_only_s"] = t_gemm;
       out["simstat_s"] = t_full;
       out["simstat_over_gemm"] = t_full / t_gemm;
+      out["start_sample"] = s["image"]["start_sample"];
+      out["restarted_anchors"] = s["image"]["restarted_anchors"].get<int64_t>() +
+                                 s["text"]["restarted_anchors"].get<int64_t>();
+      out["scalar_path_fraction"] = double(s["image"]["scalar_path_values"].get<int64_t>() +
+                                           s["text"]["scalar_path_values"].get<int64_t>()) /
+                                    (2.0 * double(n) * double(n));
       out["peak_rss_gib_max_rank"] = comm.allreduce_max(peak_rss_gib());
     } else {
       FNVLP_FAIL("unknown --mode " << mode);

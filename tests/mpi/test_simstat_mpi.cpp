@@ -45,10 +45,12 @@ std::vector<T> read(const std::string& file, const std::string& name) {
   return h5::read_dataset<T>(f, name, file);
 }
 
-// Runs simstat on every rank and checks STATS.h5 on rank 0.
+// Runs simstat on every rank and checks STATS.h5 on rank 0; the summary (the same on every rank)
+// goes to *summary_out.
 void check_run(const Comm& comm, const data::Embeddings& e, const data::Embeddings& lam_src,
-               const similarity::JobOptions& opt) {
+               const similarity::JobOptions& opt, nlohmann::json* summary_out = nullptr) {
   const auto summary = similarity::run_simstat(comm, opt);
+  if (summary_out) *summary_out = summary;
   if (!comm.is_root()) return;
   const auto& p = opt.params;
   const int64_t n = e.size();
@@ -124,13 +126,27 @@ TEST(SimstatMpi, ExactForAnyRankCountAndTile) {
     opt.params.bins = 256;
     opt.params.fnc_batch = 20;
     opt.params.fnc_seed = 5;
-    for (auto [tile, block] : {std::pair<int64_t, int64_t>{37, 16}, {203, 1000}, {5, 3}}) {
-      SCOPED_TRACE("tile " + std::to_string(tile) + " block " + std::to_string(block));
-      opt.params.tile = tile;
-      opt.params.row_block = block;
-      opt.out = (dir / ("stats-" + std::to_string(tile) + ".h5")).string();
+    // Starting thresholds: none (N / 32 < 256), from a strided HDF5 read of 50 candidates, and
+    // from 40 at a margin that starts every anchor at its sample's maximum (most restart).
+    struct Variant {
+      int64_t tile, block, sample;
+      double sigmas;
+    };
+    for (const Variant v : {Variant{37, 16, -1, 7.0}, {203, 1000, 50, 7.0}, {5, 3, 40, -1e9}}) {
+      SCOPED_TRACE("tile " + std::to_string(v.tile) + " block " + std::to_string(v.block) +
+                   " sample " + std::to_string(v.sample));
+      opt.params.tile = v.tile;
+      opt.params.row_block = v.block;
+      opt.params.start_sample = v.sample;
+      opt.params.start_sigmas = v.sigmas;
+      opt.out = (dir / ("stats-" + std::to_string(v.tile) + ".h5")).string();
       opt.json = (dir / "summary.json").string();
-      check_run(comm, e, e, opt);
+      nlohmann::json summary;
+      check_run(comm, e, e, opt, &summary);
+      EXPECT_EQ(summary["image"]["start_sample"].get<int64_t>(), v.sample < 0 ? 0 : v.sample);
+      if (v.sigmas < 0 && !adversarial)
+        EXPECT_GT(summary["text"]["restarted_anchors"].get<int64_t>(), 0);
+      if (v.sample < 0) EXPECT_EQ(summary["text"]["restarted_anchors"].get<int64_t>(), 0);
     }
   }
 }

@@ -10,10 +10,20 @@
 // selection finds its k-th largest v, which becomes the new tau: the values > v stay (fewer than
 // k), the values == v become the tie count, everything below v can never be among the k largest.
 // Memory is O(C) per row whatever N is, and the amortised cost per value is O(1).
+//
+// Starting threshold: from tau = -inf, a stream in random order offers about k (1 + ln(N / k))
+// values to the reservoir (a value is offered when it is among the k largest seen so far): 5.6% of
+// all at alpha = 1%, each through the scalar path. A row may instead start at tau0, an estimate
+// of a value a little below its k-th largest (simstat.cpp takes it from a sample of the
+// candidates); only the values above it are offered. Nothing else depends on tau0: the histogram,
+// min/max and lambda counts see every value. If tau0 was in fact above the k-th largest, the row
+// ends with fewer than k values >= tau; finalize_rows flags it, and the caller streams the block
+// again from -inf. So the results are exact whatever tau0 is; a good tau0 only makes them cheaper.
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
+#include "fnvlp/similarity/classify.hpp"
 #include "fnvlp/similarity/spaces.hpp"
 
 namespace fnvlp::similarity {
@@ -73,17 +83,6 @@ KOKKOS_INLINE_FUNCTION int64_t target_rank(double alpha, int64_t n) {
   if (n <= 0) return 0;
   const auto k = static_cast<int64_t>(Kokkos::Experimental::ceil(alpha * static_cast<double>(n)));
   return k < 1 ? 1 : (k > n ? n : k);
-}
-
-// Histogram bin of a similarity over [-1, 1] (values outside go to the edge bins, NaN to bin 0). A
-// monotone function of s alone, so bins do not depend on tiling or rank count. Written as a clamp
-// (no branches) so the tile loop below vectorises it.
-KOKKOS_INLINE_FUNCTION int32_t sim_bin(float s, int32_t bins) {
-  const float x = (s + 1.0f) * (0.5f * static_cast<float>(bins));
-  const float top = static_cast<float>(bins - 1);
-  float y = x > 0.0f ? x : 0.0f;  // NaN compares false: bin 0
-  y = y < top ? y : top;
-  return static_cast<int32_t>(y);
 }
 
 // Makes room in a full reservoir (n values > tau, eq_n values == tau; cap >= 2k) by raising tau,
@@ -150,9 +149,11 @@ struct RowState {
   View2<uint8_t, Space> res_lab;   // R x C: ... sharing the anchor's label
   View1<int64_t, Space> res_n;
   View1<float, Space> tau;
+  View1<float, Space> tau0;              // starting threshold (-inf: none), set by the caller
   View1<int64_t, Space> eq_n, eq_lab;    // values == tau, of which same label
   View1<int64_t, Space> lam_n, lam_lab;  // values >= lambda, of which same label
   View1<float, Space> vmin, vmax;
+  View1<int64_t, Space> scalar_n;  // values that took the scalar path (a cost diagnostic)
   // FNC simulation: the anchor's similarities to its random batch's negatives, picked out of the
   // same stream (no second GEMM).
   View2<float, Space> bat_val;    // R x batch_size
@@ -175,12 +176,14 @@ struct RowState {
                 capacity),
         res_n("fnvlp::similarity::res_n", rows),
         tau("fnvlp::similarity::tau", rows),
+        tau0("fnvlp::similarity::tau0", rows),
         eq_n("fnvlp::similarity::eq_n", rows),
         eq_lab("fnvlp::similarity::eq_lab", rows),
         lam_n("fnvlp::similarity::lam_n", rows),
         lam_lab("fnvlp::similarity::lam_lab", rows),
         vmin("fnvlp::similarity::vmin", rows),
         vmax("fnvlp::similarity::vmax", rows),
+        scalar_n("fnvlp::similarity::scalar_n", rows),
         bat_val(Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::bat_val"), rows,
                 batch_size),
         bat_lab(Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::bat_lab"), rows,
@@ -197,8 +200,8 @@ struct RowState {
   int64_t capacity() const { return static_cast<int64_t>(res_val.extent(1)); }
 };
 
-// Clears the streaming part of the state (ids, k, lambda and the column ranges are filled by the
-// caller).
+// Clears the streaming part of the state (ids, k, lambda, tau0 and the column ranges are filled by
+// the caller).
 template <typename Space>
 void reset_rows(const Space& space, const RowState<Space>& st, int64_t rows) {
   Kokkos::deep_copy(space, st.hist, 0);
@@ -209,28 +212,31 @@ void reset_rows(const Space& space, const RowState<Space>& st, int64_t rows) {
         st.bat_n(i) = 0;
         st.pos_cur(i) = st.pos_begin(i);
         st.bat_cur(i) = st.bat_begin(i);
-        st.tau(i) = -Kokkos::Experimental::infinity<float>::value;
-        st.eq_n(i) = st.eq_lab(i) = st.lam_n(i) = st.lam_lab(i) = 0;
+        st.tau(i) = st.tau0(i);
+        st.eq_n(i) = st.eq_lab(i) = st.lam_n(i) = st.lam_lab(i) = st.scalar_n(i) = 0;
         st.vmin(i) = Kokkos::Experimental::infinity<float>::value;
         st.vmax(i) = -Kokkos::Experimental::infinity<float>::value;
       });
 }
 
 // Folds one tile of similarities into the row state of rows [row0, row0 + rows): histogram,
-// min/max, counts >= lambda, and the threshold reservoir. Row i - row0 of `sims` holds anchor i
-// against candidates c0 .. c0 + cols (columns beyond `cols` are ignored); every row must see its
-// tiles in ascending column order.
+// min/max, counts >= lambda, and the threshold reservoir. The tile is stored in segments of
+// W = sims.extent(2) columns (a multiple of kChunk, the GEMM blocks' layout): sims(g, i - row0, j)
+// is anchor i against candidate c0 + g W + j, for columns below `cols` (the rest is ignored); every
+// row must see its tiles in ascending column order.
 //
 // Cost per similarity is what decides simstat's speed against the GEMM (a few ns per value each),
-// so the per-value loop holds only what every value needs, in a form the compiler vectorises: its
-// bin and a comparison with min(tau, lambda) and the running minimum. The rest is moved off it:
+// so the per-value work is only what every value needs, 64 values at a time (classify.hpp, SIMD on
+// the host): its bin, its histogram increment, and a bit of a mask for a comparison with
+// min(tau, lambda) and the running minimum. The rest is moved off it:
 // - positives (the anchor's own image_id, a handful per row) are overwritten with NaN in the tile
 //   first, found through `pos_cols` (column ids grouped by image_id, sorted by column); NaN fails
 //   every comparison and lands in bin 0, from which they are taken back out;
 // - the FNC batch is gathered through `bat_cols` (columns grouped by batch), O(batch) per row;
-// - values that reach tau or lambda or a new minimum (about k log(N / k) + alpha N + log N per row)
-//   take the scalar path (min/max, label, reservoir, tie and lambda counts) in column order, so the
-//   results are the same bits as a plain loop over the row.
+// - values that reach tau or lambda or a new minimum (about k log(N / k) + alpha N + log N per row
+//   from tau = -inf, fewer from a starting tau0) take the scalar path (min/max, label, reservoir,
+//   tie and lambda counts) in column order, so the results are the same bits as a plain loop over
+//   the row.
 // S is the caller's scratch tile and is modified.
 template <typename Space, typename SimView, typename IdView, typename LabelView>
 void accumulate_tile(const Space& space, const SimView& sims, int64_t cols, int64_t c0,
@@ -241,6 +247,8 @@ void accumulate_tile(const Space& space, const SimView& sims, int64_t cols, int6
                 "similarity tile must be accessible from the execution space");
   static_assert(Kokkos::SpaceAccessibility<Space, typename IdView::memory_space>::accessible,
                 "column ids must be accessible from the execution space");
+  if (sims.extent(2) % kChunk != 0)
+    Kokkos::abort("fnvlp::similarity::accumulate_tile: segment width not a multiple of kChunk");
   const int64_t c1 = c0 + cols;
   const int32_t bins = st.bins();
   const int64_t cap = st.capacity();
@@ -252,7 +260,8 @@ void accumulate_tile(const Space& space, const SimView& sims, int64_t cols, int6
         const int64_t self = st.image_id(i);
         const int32_t lab = st.label(i);
         const float lam = st.lambda(i);  // NaN when absent: s >= lam is then always false
-        float* row = &sims(i - row0, 0);
+        const int64_t r = i - row0;
+        const int64_t seg = static_cast<int64_t>(sims.extent(2));
         // FNC batch: this tile's columns of the anchor's batch, positives left out.
         const int64_t batch_cap = static_cast<int64_t>(st.bat_val.extent(1));
         int64_t nb = st.bat_n(i), bc = st.bat_cur(i);
@@ -260,7 +269,7 @@ void accumulate_tile(const Space& space, const SimView& sims, int64_t cols, int6
         for (; nb < batch_cap && bc < be && bat_cols(bc) < c1; ++bc) {  // full: never read again
           const int64_t j = bat_cols(bc) - c0;
           if (col_image_id(j) == self) continue;
-          st.bat_val(i, nb) = row[j];
+          st.bat_val(i, nb) = sims(j / seg, r, j % seg);
           st.bat_lab(i, nb) = (lab >= 0 && col_label(j) == lab) ? 1 : 0;
           ++nb;
         }
@@ -270,7 +279,8 @@ void accumulate_tile(const Space& space, const SimView& sims, int64_t cols, int6
         int64_t pc = st.pos_cur(i), marked = 0;
         const int64_t pe = st.pos_end(i);
         for (; pc < pe && pos_cols(pc) < c1; ++pc, ++marked)
-          row[pos_cols(pc) - c0] = std::numeric_limits<float>::quiet_NaN();
+          sims((pos_cols(pc) - c0) / seg, r, (pos_cols(pc) - c0) % seg) =
+              std::numeric_limits<float>::quiet_NaN();
         st.pos_cur(i) = pc;
 
         float tau = st.tau(i), lo = st.vmin(i), hi = st.vmax(i);
@@ -279,31 +289,27 @@ void accumulate_tile(const Space& space, const SimView& sims, int64_t cols, int6
         float* vals = &st.res_val(i, 0);
         uint8_t* flags = &st.res_lab(i, 0);
         int32_t* hist = &st.hist(i, 0);
-        constexpr int64_t kChunk = 64;
-        int32_t bin[kChunk], hot[kChunk], idx[kChunk];
+        int32_t bin[kChunk];
+        int64_t scalar = 0;
         for (int64_t j0 = 0; j0 < cols; j0 += kChunk) {
           const int64_t len = cols - j0 < kChunk ? cols - j0 : kChunk;
-          const float* x = row + j0;
-          // Vectorisable: bins, and which values reach tau or lambda or go below the minimum (the
-          // maximum needs no test of its own: it is never below tau).
+          const float* x = &sims(j0 / seg, r, j0 % seg);  // a chunk never spans two segments
+          // Bins, and which values reach tau or lambda or go below the minimum (the maximum needs
+          // no test of its own: it is never below tau), as a bit mask.
           const float thr = lam < tau ? lam : tau;  // lam NaN: tau
-          for (int64_t t = 0; t < len; ++t) {
-            const float s = x[t];
-            bin[t] = sim_bin(s, bins);
-            hot[t] = static_cast<int32_t>(s >= thr) | static_cast<int32_t>(s < lo);
-          }
-          // Histogram, and the hot values' positions gathered without a branch (with alpha = 1%
-          // most chunks hold one, so the chunk itself cannot be the unit that is skipped).
-          int32_t n_hot = 0;
-          for (int64_t t = 0; t < len; ++t) {
-            ++hist[bin[t]];
-            idx[n_hot] = static_cast<int32_t>(t);
-            n_hot += hot[t];
-          }
+          uint64_t hot;
+#if !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
+          if (len == kChunk)
+            hot = classify_chunk64_host(x, thr, lo, bins, bin);
+          else
+#endif
+            hot = classify_chunk(x, len, thr, lo, bins, bin);
+          for (int64_t t = 0; t < len; ++t) ++hist[bin[t]];
           // tau and lo only move inwards within the chunk, so a value that was not hot against
           // their values at its start cannot matter now.
-          for (int32_t h = 0; h < n_hot; ++h) {
-            const int64_t t = idx[h];
+          for (; hot != 0; hot &= hot - 1) {
+            const int64_t t = lowest_bit(hot);
+            ++scalar;
             const float s = x[t];  // NaN (a positive) is never hot
             lo = s < lo ? s : lo;
             hi = s > hi ? s : hi;
@@ -333,6 +339,7 @@ void accumulate_tile(const Space& space, const SimView& sims, int64_t cols, int6
         st.eq_lab(i) = eq_lab;
         st.lam_n(i) = lam_n;
         st.lam_lab(i) = lam_lab;
+        st.scalar_n(i) += scalar;
       });
 }
 
@@ -342,13 +349,15 @@ struct RowResult {
   View1<float, Space> threshold;           // exact k-th largest (NaN without negatives)
   View1<int64_t, Space> count, count_lab;  // values >= threshold, of which same label
   View2<float, Space> quantiles;           // R x m
+  View1<uint8_t, Space> restart;           // 1: tau0 was above the k-th largest, stream again
 
   RowResult() = default;
   RowResult(int64_t rows, int64_t m)
       : threshold("fnvlp::similarity::threshold", rows),
         count("fnvlp::similarity::count", rows),
         count_lab("fnvlp::similarity::count_lab", rows),
-        quantiles("fnvlp::similarity::quantiles", rows, m) {}
+        quantiles("fnvlp::similarity::quantiles", rows, m),
+        restart("fnvlp::similarity::restart", rows) {}
 };
 
 // Ascending 1-based rank of quantile j of m over n values: 1 + floor(j (n - 1) / (m - 1)), so
@@ -359,7 +368,7 @@ KOKKOS_INLINE_FUNCTION int64_t quantile_rank(int64_t j, int64_t m, int64_t n) {
 
 // Exact thresholds and counts from the reservoir; quantiles from the histogram (each estimate
 // lies in the bin of the true order statistic, so |error| < 2 / bins; the minimum and maximum are
-// exact). `n_neg` is the row's negative count (the sum of its histogram).
+// exact). A row whose tau0 turned out too high gets restart = 1 and no threshold or counts.
 template <typename Space>
 void finalize_rows(const Space& space, const RowState<Space>& st, const RowResult<Space>& out,
                    int64_t rows) {
@@ -373,13 +382,18 @@ void finalize_rows(const Space& space, const RowState<Space>& st, const RowResul
         if (k == 0) {
           out.threshold(i) = nan;
           out.count(i) = out.count_lab(i) = 0;
+          out.restart(i) = 0;
           for (int64_t j = 0; j < m; ++j) out.quantiles(i, j) = nan;
           return;
         }
         float* vals = &st.res_val(i, 0);
         uint8_t* flags = &st.res_lab(i, 0);
         const int64_t n = st.res_n(i);
-        if (n >= k) {
+        out.restart(i) = n + st.eq_n(i) < k;
+        if (out.restart(i)) {
+          out.threshold(i) = nan;  // fewer than k values >= tau0: unknown until streamed again
+          out.count(i) = out.count_lab(i) = 0;
+        } else if (n >= k) {
           const Selection sel = select_kth_largest(vals, flags, n, k);
           out.threshold(i) = sel.value;
           out.count(i) = sel.ge;

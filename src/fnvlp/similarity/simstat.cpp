@@ -8,6 +8,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -85,7 +87,52 @@ ColumnGroups group_columns(const std::vector<int64_t>& key) {
   return g;
 }
 
+// Starting thresholds tau0 (kernels.hpp) of anchors [0, rows) of `a` (global rows row0 + i, with
+// target rank k[i] among n_neg[i] negatives), from their similarities to the sample candidates
+// `cols` that are negatives of them (another image_id), m_i of them. The number X of sample values
+// above the anchor's k-th largest is hypergeometric with mean below mu = m_i k / n_neg, so the
+// sample value of rank r = ceil(mu + z sqrt(mu + 1) + 3) lies at or below the k-th largest unless
+// X >= r, whose probability Chernoff's bound puts below exp(-t^2 / (2 (mu + t / 3))), t = r - mu:
+// about 4e-9 at mu = 20 (alpha = 1%, m = 2048) and z = 7. -inf when the sample has fewer than r
+// negatives of the anchor.
+std::vector<float> start_thresholds(const float* a, int64_t rows, int64_t row0, int64_t dim,
+                                    const std::vector<float>& sample,
+                                    const std::vector<int64_t>& cols,
+                                    const std::vector<int64_t>& image_id, const int64_t* k,
+                                    const int64_t* n_neg, double z) {
+  const auto m = static_cast<int64_t>(cols.size());
+  std::vector<float> tau0(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity());
+  std::vector<float> sims(static_cast<size_t>(kGemmRows * m)), neg;
+  neg.reserve(static_cast<size_t>(m));
+  for (int64_t r0 = 0; r0 < rows; r0 += kGemmRows) {
+    const int64_t nr = std::min(kGemmRows, rows - r0);
+    similarity_tile(a + r0 * dim, nr, sample.data(), m, dim, sims.data());
+    for (int64_t i = r0; i < r0 + nr; ++i) {
+      if (k[i] == 0) continue;
+      const int64_t self = image_id[static_cast<size_t>(row0 + i)];
+      const float* s = sims.data() + (i - r0) * m;
+      neg.clear();
+      for (int64_t j = 0; j < m; ++j)
+        if (image_id[static_cast<size_t>(cols[static_cast<size_t>(j)])] != self)
+          neg.push_back(s[j]);
+      const double mu = static_cast<double>(neg.size()) * static_cast<double>(k[i]) /
+                        static_cast<double>(n_neg[i]);
+      const double r = std::max(1.0, std::ceil(mu + z * std::sqrt(mu + 1.0) + 3.0));
+      if (r > static_cast<double>(neg.size())) continue;
+      const auto nth = neg.begin() + static_cast<std::ptrdiff_t>(r) - 1;
+      std::nth_element(neg.begin(), nth, neg.end(), std::greater<float>());
+      tau0[static_cast<size_t>(i)] = *nth;
+    }
+  }
+  return tau0;
+}
+
 }  // namespace
+
+int64_t start_sample_size(const Params& p, int64_t n) {
+  if (p.start_sample >= 0) return std::min(p.start_sample, n);
+  return n / 32 >= 256 ? std::min<int64_t>(n / 32, 8192) : 0;
+}
 
 void similarity_blocks(const float* a, int64_t rows, const float* c, int64_t cols, int64_t dim,
                        const BlockFn& fn) {
@@ -93,8 +140,7 @@ void similarity_blocks(const float* a, int64_t rows, const float* c, int64_t col
   thread_local std::vector<float> pa, pc, ps;
   pa.resize(static_cast<size_t>(kGemmRows * dim));
   pc.resize(static_cast<size_t>(kGemmCols * dim));
-  ps.resize(static_cast<size_t>(kGemmRows * kGemmCols));
-  torch::Tensor s = torch::from_blob(ps.data(), {kGemmRows, kGemmCols});
+  ps.resize(static_cast<size_t>(kGemmRows * kFoldCols));
   for (int64_t r0 = 0; r0 < rows; r0 += kGemmRows) {
     const int64_t nr = std::min(kGemmRows, rows - r0);
     const float* ablk = a + r0 * dim;
@@ -104,27 +150,36 @@ void similarity_blocks(const float* a, int64_t rows, const float* c, int64_t col
       ablk = pa.data();
     }
     const torch::Tensor at = torch::from_blob(const_cast<float*>(ablk), {kGemmRows, dim});
-    for (int64_t c0 = 0; c0 < cols; c0 += kGemmCols) {
-      const int64_t nc = std::min(kGemmCols, cols - c0);
-      const float* cblk = c + c0 * dim;
-      if (nc < kGemmCols) {
-        std::fill(pc.begin(), pc.end(), 0.0f);
-        std::copy(cblk, cblk + nc * dim, pc.begin());
-        cblk = pc.data();
+    for (int64_t f0 = 0; f0 < cols; f0 += kFoldCols) {
+      const int64_t nf = std::min(kFoldCols, cols - f0);
+      for (int64_t c0 = f0; c0 < f0 + nf; c0 += kGemmCols) {
+        const int64_t nc = std::min(kGemmCols, cols - c0);
+        const float* cblk = c + c0 * dim;
+        if (nc < kGemmCols) {
+          std::fill(pc.begin(), pc.end(), 0.0f);
+          std::copy(cblk, cblk + nc * dim, pc.begin());
+          cblk = pc.data();
+        }
+        // Block g of the group, contiguous: a BLAS with a wider leading dimension than the block
+        // zeroes it (beta = 0) with a strided loop, several times slower than memset.
+        torch::Tensor out = torch::from_blob(
+            ps.data() + (c0 - f0) / kGemmCols * kGemmRows * kGemmCols, {kGemmRows, kGemmCols});
+        torch::mm_out(out, at, torch::from_blob(const_cast<float*>(cblk), {kGemmCols, dim}).t());
       }
-      torch::mm_out(s, at, torch::from_blob(const_cast<float*>(cblk), {kGemmCols, dim}).t());
-      fn(r0, nr, c0, nc, ps.data());
+      fn(r0, nr, f0, nf, ps.data());
     }
   }
 }
 
 void similarity_tile(const float* a, int64_t rows, const float* c, int64_t cols, int64_t dim,
                      float* out) {
-  similarity_blocks(
-      a, rows, c, cols, dim, [&](int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* s) {
-        for (int64_t i = 0; i < nr; ++i)
-          std::copy(s + i * kGemmCols, s + i * kGemmCols + nc, out + (r0 + i) * cols + c0);
-      });
+  similarity_blocks(a, rows, c, cols, dim,
+                    [&](int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* s) {
+                      for (int64_t i = 0; i < nr; ++i)
+                        for (int64_t j = 0; j < nc; j += kGemmCols)
+                          std::copy_n(s + j / kGemmCols * kGemmRows * kGemmCols + i * kGemmCols,
+                                      std::min(kGemmCols, nc - j), out + (r0 + i) * cols + c0 + j);
+                    });
 }
 
 std::vector<int64_t> fnc_batches(int64_t n, int64_t batch, uint64_t seed) {
@@ -146,7 +201,8 @@ std::vector<int64_t> fnc_batches(int64_t n, int64_t batch, uint64_t seed) {
 RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t dim,
                       const CandidateReader& read_candidates, int64_t n_cols,
                       const std::vector<int64_t>& image_id, const std::vector<int32_t>& label,
-                      const std::vector<int64_t>& batch, const float* lambda, const Params& p) {
+                      const std::vector<int64_t>& batch, const float* lambda, const Params& p,
+                      const StridedReader& read_strided) {
   check_params(p, dim);
   FNVLP_CHECK(Kokkos::is_initialized(), "anchor_stats needs Kokkos (a KokkosRuntime in main)");
   FNVLP_CHECK(static_cast<int64_t>(image_id.size()) == n_cols &&
@@ -218,6 +274,22 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
   const std::vector<float> no_lambda(static_cast<size_t>(std::min(block, rows)), nan);
 
   check_finite(anchors, rows, dim, row0, "anchor");
+  // The starting-threshold sample: candidates 0, stride, 2 stride, ...
+  const int64_t m = p.gemm_only || rows == 0 ? 0 : start_sample_size(p, n_cols);
+  std::vector<float> sample(static_cast<size_t>(m * dim));
+  std::vector<int64_t> sample_cols(static_cast<size_t>(m));
+  if (m > 0) {
+    const int64_t stride = n_cols / m;
+    if (read_strided)
+      read_strided(0, stride, m, sample.data());
+    else
+      for (int64_t j = 0; j < m; ++j) read_candidates(j * stride, 1, sample.data() + j * dim);
+    for (int64_t j = 0; j < m; ++j) {
+      sample_cols[static_cast<size_t>(j)] = j * stride;
+      check_finite(sample.data() + j * dim, 1, dim, j * stride, "candidate");
+    }
+  }
+  out.start_sample = m;
   for (int64_t b0 = 0; b0 < rows; b0 += block) {
     const int64_t rb = std::min(block, rows - b0);
     if (!p.gemm_only) {
@@ -238,26 +310,55 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
       upload<int64_t>(st.pos_end, ranges.data() + rb, rb);
       upload<int64_t>(st.bat_begin, ranges.data() + 2 * rb, rb);
       upload<int64_t>(st.bat_end, ranges.data() + 3 * rb, rb);
-      reset_rows(space, st, rb);
     }
-    for (int64_t c0 = 0; c0 < n_cols; c0 += tile) {
-      const int64_t tc = std::min(tile, n_cols - c0);
-      read_candidates(c0, tc, cand.data());
-      if (b0 == 0) check_finite(cand.data(), tc, dim, c0, "candidate");
-      // Each GEMM block is folded into the row state while it is in cache: no rows x tile matrix
-      // goes through memory.
-      similarity_blocks(anchors + b0 * dim, rb, cand.data(), tc, dim,
-                        [&](int64_t r0, int64_t nr, int64_t j0, int64_t nc, float* s) {
-                          if (p.gemm_only) return;
-                          const HostUnmanaged2<float> sv(s, static_cast<size_t>(nr),
-                                                         static_cast<size_t>(kGemmCols));
-                          const int64_t cj = c0 + j0;
-                          accumulate_tile(space, sv, nc, cj, host_view(image_id, cj, nc),
-                                          host_view(label, cj, nc), pos_cols, bat_cols, st, r0, nr);
-                        });
+    std::vector<float> tau0(static_cast<size_t>(rb), -std::numeric_limits<float>::infinity());
+    if (m > 0)
+      tau0 = start_thresholds(anchors + b0 * dim, rb, row0 + b0, dim, sample, sample_cols, image_id,
+                              k.data() + b0, out.n_neg.data() + b0, p.start_sigmas);
+    for (int pass = 0;; ++pass) {
+      if (!p.gemm_only) {
+        upload<float>(st.tau0, tau0.data(), rb);
+        reset_rows(space, st, rb);
+      }
+      for (int64_t c0 = 0; c0 < n_cols; c0 += tile) {
+        const int64_t tc = std::min(tile, n_cols - c0);
+        read_candidates(c0, tc, cand.data());
+        if (b0 == 0 && pass == 0) check_finite(cand.data(), tc, dim, c0, "candidate");
+        // Each GEMM block is folded into the row state while it is in cache: no rows x tile
+        // matrix goes through memory.
+        similarity_blocks(anchors + b0 * dim, rb, cand.data(), tc, dim,
+                          [&](int64_t r0, int64_t nr, int64_t j0, int64_t nc, float* s) {
+                            if (p.gemm_only) return;
+                            const HostUnmanaged3<float> sv(
+                                s, static_cast<size_t>(kFoldCols / kGemmCols),
+                                static_cast<size_t>(kGemmRows), static_cast<size_t>(kGemmCols));
+                            const int64_t cj = c0 + j0;
+                            accumulate_tile(space, sv, nc, cj, host_view(image_id, cj, nc),
+                                            host_view(label, cj, nc), pos_cols, bat_cols, st, r0,
+                                            nr);
+                          });
+      }
+      if (p.gemm_only) break;
+      finalize_rows(space, st, res, rb);
+      space.fence();
+      const auto restart = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), res.restart);
+      const auto scalar = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), st.scalar_n);
+      int64_t again = 0;
+      for (int64_t i = 0; i < rb; ++i) {
+        out.scalar_values += scalar(i);
+        if (!restart(i)) continue;
+        tau0[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
+        ++again;
+      }
+      if (again == 0) break;
+      // At most once: a row restarts only from a finite tau0.
+      out.restarted_rows += again;
+      spdlog::info(
+          "simstat: {} of anchors {}..{} started above their k-th largest similarity "
+          "(sample of {}); streaming the block again",
+          again, row0 + b0, row0 + b0 + rb - 1, m);
     }
     if (p.gemm_only) continue;
-    finalize_rows(space, st, res, rb);
     batch_topk(space, st, p.alpha, fnc_thr, fnc_counts, rb);
     space.fence();
     download_append(out.threshold, res.threshold, rb);
@@ -323,8 +424,10 @@ nlohmann::json prf(int64_t flagged, int64_t true_fn, int64_t label_negatives) {
 // Global summary of one modality: integer sums are exact; means are double sums over ranks.
 nlohmann::json summarise(const Comm& comm, const RowStats& s, const std::vector<int32_t>& label,
                          bool has_lambda, const std::vector<float>& lambda) {
-  std::vector<int64_t> c(10, 0);
+  std::vector<int64_t> c(12, 0);
   std::vector<double> d(6, 0.0);
+  c[10] = s.restarted_rows;
+  c[11] = s.scalar_values;
   for (int64_t i = 0; i < s.rows; ++i) {
     const auto u = static_cast<size_t>(i);
     const bool labelled = label[static_cast<size_t>(s.row0 + i)] >= 0;
@@ -369,6 +472,11 @@ nlohmann::json summarise(const Comm& comm, const RowStats& s, const std::vector<
   }
   j["fnc"] = prf(c[8], c[9], c[3]);
   j["fnc"]["mean_abs_error"] = d[5] > 0 ? d[4] / d[5] : 0.0;
+  // Cost diagnostics (kernels.hpp): the starting-threshold sample, the anchors streamed twice
+  // because their start was too high, and the values that took the scalar path.
+  j["start_sample"] = s.start_sample;
+  j["restarted_anchors"] = c[10];
+  j["scalar_path_values"] = c[11];
   return j;
 }
 
@@ -505,9 +613,13 @@ nlohmann::json run_simstat(const Comm& comm, const JobOptions& opt) {
       const CandidateReader reader = [&](int64_t c0, int64_t cn, float* out) {
         file->read_emb(!m.image, c0, cn, out);
       };
+      const StridedReader strided = [&](int64_t c0, int64_t stride, int64_t cn, float* out) {
+        file->read_emb(!m.image, c0, cn, out, stride);
+      };
       try {
         s = anchor_stats(anchors.data(), lo, hi - lo, dim, reader, n, file->image_id(),
-                         file->label(), batches, lam ? lambda.data() : nullptr, opt.params);
+                         file->label(), batches, lam ? lambda.data() : nullptr, opt.params,
+                         strided);
       } catch (const Error& e) {
         FNVLP_FAIL(opt.embeddings << " (" << m.name << " anchors): " << e.message());
       }

@@ -38,6 +38,14 @@ struct Params {
   int64_t fnc_batch = 256;   // FNC simulation batch size (0: skip the simulation)
   uint64_t fnc_seed = 0;
   bool gemm_only = false;  // benchmarks: stream and multiply, skip the statistics
+  // Starting thresholds (kernels.hpp, "Starting threshold"): each anchor's tau0 is an order
+  // statistic of its similarities to `start_sample` evenly strided candidates (-1: N / 32, at most
+  // 8192, none when that is below 256; 0: none), at a rank `start_sigmas` standard deviations
+  // above the expected count of sample values above the anchor's k-th largest, so that tau0 lies
+  // below it but for a tail probability (about 1e-8 at the default; a row above it is streamed
+  // again, so the results never depend on these two).
+  int64_t start_sample = -1;
+  double start_sigmas = 7.0;
 };
 
 // Per-anchor results for rows [row0, row0 + rows) of one modality.
@@ -46,6 +54,9 @@ struct RowStats {
   std::vector<float> threshold, quantiles, fnc_threshold;
   std::vector<int64_t> n_neg, n_label, count, count_label, count_lambda, count_lambda_label,
       count_fnc, count_fnc_label, n_batch_label;
+  // Cost diagnostics: candidates in the starting-threshold sample, anchors whose tau0 was above
+  // their k-th largest (their block was streamed again), and values that took the scalar path.
+  int64_t start_sample = 0, restarted_rows = 0, scalar_values = 0;
 };
 
 // S = A C^T for A (rows x dim) and C (cols x dim), row-major into out (rows x cols). Every BLAS
@@ -57,26 +68,38 @@ inline constexpr int64_t kGemmRows = 256;
 inline constexpr int64_t kGemmCols = 1024;
 void similarity_tile(const float* a, int64_t rows, const float* c, int64_t cols, int64_t dim,
                      float* out);
-// The same products handed over one GEMM block at a time, while it is still in cache: fn(r0, nr,
-// c0, nc, s) gets rows [r0, r0 + nr) x columns [c0, c0 + nc) of S in `s` (row stride kGemmCols),
-// rows outer, columns in ascending order. `s` is scratch: fn may overwrite it.
+// The same products handed over while they are still in cache: fn(r0, nr, c0, nc, s) gets rows
+// [r0, r0 + nr) x columns [c0, c0 + nc) of S, nc <= kFoldCols, rows outer, columns in ascending
+// order, as the GEMM blocks that cover them, each contiguous: S(r0 + i, c0 + j) is
+// s[(j / kGemmCols) * kGemmRows * kGemmCols + i * kGemmCols + j % kGemmCols]. Handing over
+// kFoldCols columns (4 MiB at kGemmRows rows, in L3) rather than one block lets a row's
+// statistics (its histogram lines, evicted by every GEMM) serve 4,096 values per fetch instead of
+// 1,024. `s` is scratch: fn may overwrite it.
+inline constexpr int64_t kFoldCols = 4 * kGemmCols;
 using BlockFn = std::function<void(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* s)>;
 void similarity_blocks(const float* a, int64_t rows, const float* c, int64_t cols, int64_t dim,
                        const BlockFn& fn);
 
 // Reads candidate rows [c0, c0 + n) (n * dim floats) into out.
 using CandidateReader = std::function<void(int64_t c0, int64_t n, float* out)>;
+// Reads candidate rows first, first + stride, ... (n rows, n * dim floats) into out.
+using StridedReader = std::function<void(int64_t first, int64_t stride, int64_t n, float* out)>;
 
 // FNC batch of every pair: a seeded permutation cut into batches of `batch` (-1 when batch <= 0).
 std::vector<int64_t> fnc_batches(int64_t n, int64_t batch, uint64_t seed);
 
 // Statistics of anchors rows [row0, row0 + rows) (`anchors` is rows x dim) against all n_cols
 // candidates. image_id, label and batch cover all N pairs; lambda is null or `rows` values.
-// Needs an initialised Kokkos (KokkosRuntime).
+// Needs an initialised Kokkos (KokkosRuntime). The starting-threshold sample is read through
+// `read_strided` when given (one strided read), else row by row through `read_candidates`.
 RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t dim,
                       const CandidateReader& read_candidates, int64_t n_cols,
                       const std::vector<int64_t>& image_id, const std::vector<int32_t>& label,
-                      const std::vector<int64_t>& batch, const float* lambda, const Params& p);
+                      const std::vector<int64_t>& batch, const float* lambda, const Params& p,
+                      const StridedReader& read_strided = {});
+
+// Sample size of the starting thresholds for n candidates (Params::start_sample resolved).
+int64_t start_sample_size(const Params& p, int64_t n);
 
 struct JobOptions {
   std::string embeddings, out, lambda_from, json;

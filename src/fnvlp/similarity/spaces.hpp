@@ -26,6 +26,9 @@ using HostUnmanaged1 = Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<
 template <typename T>
 using HostUnmanaged2 = Kokkos::View<T**, Kokkos::LayoutRight, Kokkos::HostSpace,
                                     Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+template <typename T>
+using HostUnmanaged3 = Kokkos::View<T***, Kokkos::LayoutRight, Kokkos::HostSpace,
+                                    Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 // Initialises Kokkos for the scope of a job when nobody else did (after MPI is up); finalises it
 // in the destructor, which must run after every view is gone and before MPI_Finalize.

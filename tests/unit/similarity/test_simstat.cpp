@@ -4,10 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
+#include <iterator>
+#include <limits>
 #include <random>
 
+#include "fnvlp/similarity/classify.hpp"
 #include "fnvlp/similarity/spaces.hpp"
 #include "simstat_reference.hpp"
 
@@ -107,15 +111,103 @@ similarity::Params params(double alpha, int64_t tile, int64_t row_block) {
   return p;
 }
 
+similarity::Params with_start(similarity::Params p, int64_t sample) {
+  p.start_sample = sample;
+  return p;
+}
+
 TEST(Simstat, RandomMatchesBruteForce) {
   const auto c = make_case(400, 32, 1, false, 24);
-  for (double alpha : {0.01, 0.05, 0.3}) expect_matches_reference(c, params(alpha, 64, 37));
+  for (const int64_t sample : {0, 100})
+    for (double alpha : {0.01, 0.05, 0.3})
+      expect_matches_reference(c, with_start(params(alpha, 64, 37), sample));
 }
 
 TEST(Simstat, AdversarialTiesDuplicatesFewNegatives) {
   const auto c = make_case(300, 8, 2, true, 24);
-  for (double alpha : {1e-9, 0.01, 0.2, 0.5, 1.0})
-    expect_matches_reference(c, params(alpha, 19, 50));
+  for (const int64_t sample : {0, 60})
+    for (double alpha : {1e-9, 0.01, 0.2, 0.5, 1.0})
+      expect_matches_reference(c, with_start(params(alpha, 19, 50), sample));
+}
+
+// A start above the k-th largest (at a margin of -1e9 sigmas, rank 1: the sample's maximum) must be
+// caught and the block streamed again, with the same exact results. At the default margin the
+// rank here (26) exceeds the 19 values above the k-th largest (k = 20): no restart is possible.
+TEST(Simstat, StartAboveTheKthLargestIsStreamedAgain) {
+  const auto c = make_case(400, 32, 7, false, 24);
+  auto p = with_start(params(0.05, 64, 37), 100);
+  p.start_sigmas = -1e9;
+  expect_matches_reference(c, p);
+  EXPECT_GT(run(c, p, true).restarted_rows, 300);
+  p.start_sigmas = 7.0;
+  const auto calm = run(c, p, true);
+  EXPECT_EQ(calm.restarted_rows, 0);
+  EXPECT_EQ(calm.start_sample, 100);
+}
+
+// The point of the starting thresholds: at N = 16,384 (the default sample: N / 32 = 512
+// candidates) far fewer values take the scalar path (about k ln(N / k) + 2k fewer per row, 5.6% ->
+// ~3% of all at alpha = 1%), and every result keeps its bits.
+TEST(Simstat, StartingThresholdsCutTheScalarPathNotTheResults) {
+  const int64_t n = 16384, rows = 512;
+  const auto c = make_case(n, 32, 8, false, 64);
+  auto p = params(0.01, 4096, 4096);
+  // Without lambda: these test lambdas are arbitrary, and every value >= lambda is scalar anyway.
+  const auto off = run(c, with_start(p, 0), false, 0, rows);
+  const auto on = run(c, with_start(p, -1), false, 0, rows);
+  EXPECT_EQ(off.start_sample, 0);
+  EXPECT_EQ(on.start_sample, n / 32);
+  EXPECT_EQ(on.restarted_rows, 0);
+  EXPECT_EQ(std::memcmp(on.threshold.data(), off.threshold.data(), 4 * rows), 0);
+  EXPECT_EQ(std::memcmp(on.quantiles.data(), off.quantiles.data(), 4 * rows * 9), 0);
+  EXPECT_EQ(std::memcmp(on.fnc_threshold.data(), off.fnc_threshold.data(), 4 * rows), 0);
+  EXPECT_EQ(on.count, off.count);
+  EXPECT_EQ(on.count_label, off.count_label);
+  EXPECT_EQ(on.count_lambda, off.count_lambda);
+  EXPECT_EQ(on.count_fnc, off.count_fnc);
+  EXPECT_GT(off.scalar_values, rows * n / 25) << "from -inf: about 5.6% of the values";
+  EXPECT_LT(on.scalar_values, off.scalar_values * 7 / 10)
+      << on.scalar_values << " vs " << off.scalar_values;
+}
+
+// The host's SIMD chunk test gives the bins and the mask of the portable loop, for the edge values
+// that matter: NaN (bin 0, never hot), infinities, the ends of [-1, 1], bin edges, values equal to
+// the thresholds and just beside them.
+TEST(Simstat, ClassifyChunkHostMatchesPortable) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (__builtin_cpu_supports("avx2")) EXPECT_STREQ(similarity::classify_chunk64_impl(), "avx2");
+#endif
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.2f, 1.2f);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const int32_t bins : {2, 128, 4096})
+    for (const float thr : {-inf, -0.2f, 0.5f, inf})
+      for (const float lo : {inf, -0.5f, -1.0f}) {
+        std::vector<float> x(similarity::kChunk);
+        for (auto& v : x) v = u(rng);
+        const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                                  inf,
+                                  -inf,
+                                  -1.0f,
+                                  1.0f,
+                                  0.0f,
+                                  -1.0f + 2.0f * 3.0f / static_cast<float>(bins),
+                                  thr,
+                                  std::nextafter(thr, 0.0f),
+                                  lo,
+                                  std::nextafter(lo, 0.0f),
+                                  std::numeric_limits<float>::denorm_min()};
+        for (size_t i = 0; i < std::size(specials); ++i) x[5 * i + 1] = specials[i];
+        std::vector<int32_t> b_host(similarity::kChunk), b_ref(similarity::kChunk);
+        const uint64_t m_host =
+            similarity::classify_chunk64_host(x.data(), thr, lo, bins, b_host.data());
+        const uint64_t m_ref =
+            similarity::classify_chunk(x.data(), similarity::kChunk, thr, lo, bins, b_ref.data());
+        EXPECT_EQ(m_host, m_ref) << "bins " << bins << " thr " << thr << " lo " << lo;
+        EXPECT_EQ(b_host, b_ref) << "bins " << bins << " thr " << thr << " lo " << lo;
+        EXPECT_EQ(b_ref[1], 0) << "NaN goes to bin 0";
+        EXPECT_EQ(m_ref >> 1 & 1, 0u) << "NaN is never hot";
+      }
 }
 
 TEST(Simstat, KEqualsOneAndKEqualsAll) {
