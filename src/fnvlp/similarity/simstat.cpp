@@ -102,8 +102,11 @@ std::vector<float> start_thresholds(const float* a, int64_t rows, int64_t row0, 
                                     const int64_t* n_neg, double z) {
   const auto m = static_cast<int64_t>(cols.size());
   std::vector<float> tau0(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity());
-  std::vector<float> sims(static_cast<size_t>(kGemmRows * m)), neg;
-  neg.reserve(static_cast<size_t>(m));
+  std::vector<float> sims(static_cast<size_t>(kGemmRows * m)), heap;
+  std::vector<int64_t> ids(static_cast<size_t>(m));
+  for (int64_t j = 0; j < m; ++j)
+    ids[static_cast<size_t>(j)] = image_id[static_cast<size_t>(cols[static_cast<size_t>(j)])];
+  const std::greater<float> above;
   for (int64_t r0 = 0; r0 < rows; r0 += kGemmRows) {
     const int64_t nr = std::min(kGemmRows, rows - r0);
     similarity_tile(a + r0 * dim, nr, sample.data(), m, dim, sims.data());
@@ -111,17 +114,28 @@ std::vector<float> start_thresholds(const float* a, int64_t rows, int64_t row0, 
       if (k[i] == 0) continue;
       const int64_t self = image_id[static_cast<size_t>(row0 + i)];
       const float* s = sims.data() + (i - r0) * m;
-      neg.clear();
-      for (int64_t j = 0; j < m; ++j)
-        if (image_id[static_cast<size_t>(cols[static_cast<size_t>(j)])] != self)
-          neg.push_back(s[j]);
-      const double mu = static_cast<double>(neg.size()) * static_cast<double>(k[i]) /
-                        static_cast<double>(n_neg[i]);
+      int64_t m_i = 0;
+      for (int64_t j = 0; j < m; ++j) m_i += ids[static_cast<size_t>(j)] != self;
+      const double mu =
+          static_cast<double>(m_i) * static_cast<double>(k[i]) / static_cast<double>(n_neg[i]);
       const double r = std::max(1.0, std::ceil(mu + z * std::sqrt(mu + 1.0) + 3.0));
-      if (r > static_cast<double>(neg.size())) continue;
-      const auto nth = neg.begin() + static_cast<std::ptrdiff_t>(r) - 1;
-      std::nth_element(neg.begin(), nth, neg.end(), std::greater<float>());
-      tau0[static_cast<size_t>(i)] = *nth;
+      if (r > static_cast<double>(m_i)) continue;
+      // The r largest in a min-heap: r is a few percent of m, so after the first r values almost
+      // every value is turned away by one comparison (an nth_element costs several times more).
+      const auto rank = static_cast<size_t>(r);
+      heap.clear();
+      for (int64_t j = 0; j < m; ++j) {
+        if (ids[static_cast<size_t>(j)] == self) continue;
+        if (heap.size() < rank) {
+          heap.push_back(s[j]);
+          std::push_heap(heap.begin(), heap.end(), above);
+        } else if (s[j] > heap.front()) {
+          std::pop_heap(heap.begin(), heap.end(), above);
+          heap.back() = s[j];
+          std::push_heap(heap.begin(), heap.end(), above);
+        }
+      }
+      tau0[static_cast<size_t>(i)] = heap.front();
     }
   }
   return tau0;
