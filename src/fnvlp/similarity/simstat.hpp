@@ -42,8 +42,8 @@ struct Params {
   // statistic of its similarities to `start_sample` evenly strided candidates (-1: N / 32, at most
   // 8192, none when that is below 256; 0: none), at a rank `start_sigmas` standard deviations
   // above the expected count of sample values above the anchor's k-th largest, so that tau0 lies
-  // below it but for a tail probability (about 1e-8 at the default; a row above it is streamed
-  // again, so the results never depend on these two).
+  // below it but for a tail probability (below 1e-6 at the default, by Chernoff; a row above it is
+  // streamed again, so the results never depend on these two).
   int64_t start_sample = -1;
   double start_sigmas = 7.0;
 };
