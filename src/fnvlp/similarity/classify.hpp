@@ -1,10 +1,10 @@
 #pragma once
 // The per-value test of the similarity stream (accumulate_tile, kernels.hpp) for one chunk of 64
 // values: each value's histogram bin, and a bit mask of the values that must take the scalar path
-// (s >= thr or s < lo). It is most of what every similarity costs besides the GEMM, so on x86-64
-// hosts it runs as explicit AVX2 (chosen at run time; the build itself targets baseline x86-64,
-// whose SSE2 auto-vectorisation does a quarter of the work per instruction and cannot form the
-// mask without a store and a dependent add per value).
+// (s >= thr or s < lo). With the histogram increment it is the work every similarity costs
+// besides the GEMM, so on x86-64 hosts it runs as explicit AVX2 (chosen at run time; the build
+// itself targets baseline x86-64, whose SSE2 auto-vectorisation does half the work per instruction
+// and gathered the hot positions with a store and a dependent add per value).
 #include <cstdint>
 
 #include "fnvlp/similarity/spaces.hpp"
