@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
       ("fnc-batch", "batch size of the FNC simulation (0: off)",
        cxxopts::value(p.fnc_batch)->default_value("256"))
       ("fnc-seed", "seed of the FNC batches", cxxopts::value(p.fnc_seed)->default_value("0"))
-      ("start-sample", "candidates sampled for the starting thresholds (-1: N/32, at most 8192; "
+      ("start-sample", "candidates sampled for the starting thresholds (-1: N/64, at most 8192; "
        "0: none; results never change)", cxxopts::value(p.start_sample)->default_value("-1"))
       ("threads", "libtorch threads per rank", cxxopts::value(o.threads)->default_value("1"))
       ("h,help", "show this help");

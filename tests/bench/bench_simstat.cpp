@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
         "fnc-batch", "FNC batch (0: none)", cxxopts::value(p.fnc_batch)->default_value("256"))(
         "tile", "GEMM tile columns", cxxopts::value(p.tile)->default_value("4096"))(
         "row-block", "anchors per block", cxxopts::value(p.row_block)->default_value("2048"))(
-        "start-sample", "starting-threshold sample (-1: N/32, 0: none)",
+        "start-sample", "starting-threshold sample (-1: N/64, 0: none)",
         cxxopts::value(p.start_sample)->default_value("-1"));
     cli.parse(argc, argv);
     torch::set_num_threads(1);

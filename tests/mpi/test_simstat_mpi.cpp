@@ -126,7 +126,7 @@ TEST(SimstatMpi, ExactForAnyRankCountAndTile) {
     opt.params.bins = 256;
     opt.params.fnc_batch = 20;
     opt.params.fnc_seed = 5;
-    // Starting thresholds: none (N / 32 < 256), from a strided HDF5 read of 50 candidates, and
+    // Starting thresholds: none (N / 64 < 256), from a strided HDF5 read of 50 candidates, and
     // from 40 at a margin that starts every anchor at its sample's maximum (most restart).
     struct Variant {
       int64_t tile, block, sample;

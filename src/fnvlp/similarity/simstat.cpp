@@ -145,7 +145,7 @@ std::vector<float> start_thresholds(const float* a, int64_t rows, int64_t row0, 
 
 int64_t start_sample_size(const Params& p, int64_t n) {
   if (p.start_sample >= 0) return std::min(p.start_sample, n);
-  return n / 32 >= 256 ? std::min<int64_t>(n / 32, 8192) : 0;
+  return n / 64 >= 256 ? std::min<int64_t>(n / 64, 8192) : 0;
 }
 
 void similarity_blocks(const float* a, int64_t rows, const float* c, int64_t cols, int64_t dim,

@@ -39,7 +39,7 @@ struct Params {
   uint64_t fnc_seed = 0;
   bool gemm_only = false;  // benchmarks: stream and multiply, skip the statistics
   // Starting thresholds (kernels.hpp, "Starting threshold"): each anchor's tau0 is an order
-  // statistic of its similarities to `start_sample` evenly strided candidates (-1: N / 32, at most
+  // statistic of its similarities to `start_sample` evenly strided candidates (-1: N / 64, at most
   // 8192, none when that is below 256; 0: none), at a rank `start_sigmas` standard deviations
   // above the expected count of sample values above the anchor's k-th largest, so that tau0 lies
   // below it but for a tail probability (below 1e-6 at the default, by Chernoff; a row above it is

@@ -145,18 +145,18 @@ TEST(Simstat, StartAboveTheKthLargestIsStreamedAgain) {
   EXPECT_EQ(calm.start_sample, 100);
 }
 
-// The point of the starting thresholds: at N = 16,384 (the default sample: N / 32 = 512
-// candidates) far fewer values take the scalar path (about k ln(N / k) + 2k fewer per row, 5.6% ->
-// ~3% of all at alpha = 1%), and every result keeps its bits.
+// The point of the starting thresholds: at N = 32,768 (the default sample: N / 64 = 512
+// candidates) far fewer values take the scalar path (5.6% -> ~3% of all at alpha = 1%), and every
+// result keeps its bits.
 TEST(Simstat, StartingThresholdsCutTheScalarPathNotTheResults) {
-  const int64_t n = 16384, rows = 512;
+  const int64_t n = 32768, rows = 256;
   const auto c = make_case(n, 32, 8, false, 64);
   auto p = params(0.01, 4096, 4096);
   // Without lambda: these test lambdas are arbitrary, and every value >= lambda is scalar anyway.
   const auto off = run(c, with_start(p, 0), false, 0, rows);
   const auto on = run(c, with_start(p, -1), false, 0, rows);
   EXPECT_EQ(off.start_sample, 0);
-  EXPECT_EQ(on.start_sample, n / 32);
+  EXPECT_EQ(on.start_sample, n / 64);
   EXPECT_EQ(on.restarted_rows, 0);
   EXPECT_EQ(std::memcmp(on.threshold.data(), off.threshold.data(), 4 * rows), 0);
   EXPECT_EQ(std::memcmp(on.quantiles.data(), off.quantiles.data(), 4 * rows * 9), 0);
