@@ -54,17 +54,15 @@ struct Dispatch {
   }
 };
 
-const Dispatch& dispatch() {
-  static const Dispatch d;
-  return d;
-}
+// Resolved once when the library loads: the hot path calls through it with no guard to test.
+const Dispatch kDispatch;
 
 }  // namespace
 
 uint64_t classify_chunk64_host(const float* x, float thr, float lo, int32_t bins, int32_t* bin) {
-  return dispatch().fn(x, thr, lo, bins, bin);
+  return kDispatch.fn(x, thr, lo, bins, bin);
 }
 
-const char* classify_chunk64_impl() { return dispatch().name; }
+const char* classify_chunk64_impl() { return kDispatch.name; }
 
 }  // namespace fnvlp::similarity

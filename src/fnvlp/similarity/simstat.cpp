@@ -155,25 +155,21 @@ void similarity_blocks(const float* a, int64_t rows, const float* c, int64_t col
   pa.resize(static_cast<size_t>(kGemmRows * dim));
   pc.resize(static_cast<size_t>(kGemmCols * dim));
   ps.resize(static_cast<size_t>(kGemmRows * kFoldCols));
+  // A block of n < full rows is copied into its zero-padded scratch; a full one is used in place.
+  const auto padded = [dim](const float* src, int64_t n, int64_t full, std::vector<float>& pad) {
+    if (n == full) return src;
+    std::fill(pad.begin(), pad.end(), 0.0f);
+    std::copy(src, src + n * dim, pad.begin());
+    return static_cast<const float*>(pad.data());
+  };
   for (int64_t r0 = 0; r0 < rows; r0 += kGemmRows) {
     const int64_t nr = std::min(kGemmRows, rows - r0);
-    const float* ablk = a + r0 * dim;
-    if (nr < kGemmRows) {
-      std::fill(pa.begin(), pa.end(), 0.0f);
-      std::copy(ablk, ablk + nr * dim, pa.begin());
-      ablk = pa.data();
-    }
+    const float* ablk = padded(a + r0 * dim, nr, kGemmRows, pa);
     const torch::Tensor at = torch::from_blob(const_cast<float*>(ablk), {kGemmRows, dim});
     for (int64_t f0 = 0; f0 < cols; f0 += kFoldCols) {
       const int64_t nf = std::min(kFoldCols, cols - f0);
       for (int64_t c0 = f0; c0 < f0 + nf; c0 += kGemmCols) {
-        const int64_t nc = std::min(kGemmCols, cols - c0);
-        const float* cblk = c + c0 * dim;
-        if (nc < kGemmCols) {
-          std::fill(pc.begin(), pc.end(), 0.0f);
-          std::copy(cblk, cblk + nc * dim, pc.begin());
-          cblk = pc.data();
-        }
+        const float* cblk = padded(c + c0 * dim, std::min(kGemmCols, cols - c0), kGemmCols, pc);
         // Block g of the group, contiguous: a BLAS with a wider leading dimension than the block
         // zeroes it (beta = 0) with a strided loop, several times slower than memset.
         torch::Tensor out = torch::from_blob(
