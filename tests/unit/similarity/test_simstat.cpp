@@ -145,6 +145,60 @@ TEST(Simstat, StartAboveTheKthLargestIsStreamedAgain) {
   EXPECT_EQ(calm.start_sample, 100);
 }
 
+// reset_rows clears only the bins a row's values can occupy. A row that started above all of its
+// values (possible through the kernel interface) saw only its first value as a new minimum, so its
+// vmax is that value, not the maximum: the bins up to its tau must be cleared as well, or the
+// restarted stream counts every value twice. Ascending values make vmax the smallest one.
+TEST(Simstat, ResetAfterAStartAboveEveryValueLeavesNoStaleCounts) {
+  using Space = similarity::ExecSpace;
+  const int64_t cols = 128, m = 9;
+  const int32_t bins = 64;
+  std::vector<float> values(static_cast<size_t>(cols));
+  std::vector<int64_t> col_id(static_cast<size_t>(cols));
+  std::vector<int32_t> col_label(static_cast<size_t>(cols), -1);
+  for (int64_t j = 0; j < cols; ++j) {
+    values[static_cast<size_t>(j)] = -0.5f + 1.2f * static_cast<float>(j) / (cols - 1);
+    col_id[static_cast<size_t>(j)] = j;
+  }
+  const std::vector<int64_t> none(1, 0);
+  const similarity::HostUnmanaged1<const int64_t> ids(col_id.data(), cols), empty(none.data(), 0);
+  const similarity::HostUnmanaged1<const int32_t> labels(col_label.data(), cols);
+  struct Out {
+    bool restart;
+    float threshold;
+    std::vector<float> quantiles;
+  };
+  const auto stream = [&](const similarity::RowState<Space>& st, float tau0) {
+    st.tau0(0) = tau0;
+    similarity::reset_rows(Space(), st, 1);
+    std::vector<float> tile = values;  // the kernel may overwrite positives in its tile
+    const similarity::HostUnmanaged3<float> sims(tile.data(), 1, 1, static_cast<size_t>(cols));
+    similarity::accumulate_tile(Space(), sims, cols, 0, ids, labels, empty, empty, st, 0, 1);
+    const similarity::RowResult<Space> res(1, m);
+    similarity::finalize_rows(Space(), st, res, 1);
+    Out o{res.restart(0) != 0, res.threshold(0), {}};
+    for (int64_t j = 0; j < m; ++j) o.quantiles.push_back(res.quantiles(0, j));
+    return o;
+  };
+  const auto make_state = [&] {
+    similarity::RowState<Space> st(1, bins, 16, 1);
+    st.image_id(0) = -1;
+    st.label(0) = -1;
+    st.k(0) = 5;
+    st.lambda(0) = std::numeric_limits<float>::quiet_NaN();
+    return st;
+  };
+  const auto reused = make_state();
+  EXPECT_TRUE(stream(reused, 2.0f).restart);
+  const Out again = stream(reused, -std::numeric_limits<float>::infinity());
+  const Out fresh = stream(make_state(), -std::numeric_limits<float>::infinity());
+  ASSERT_FALSE(again.restart);
+  EXPECT_EQ(again.threshold, values[static_cast<size_t>(cols - 5)]);
+  EXPECT_EQ(again.threshold, fresh.threshold);
+  EXPECT_EQ(std::memcmp(again.quantiles.data(), fresh.quantiles.data(), 4 * m), 0);
+  EXPECT_EQ(again.quantiles[4], fresh.quantiles[4]) << "median";
+}
+
 // The point of the starting thresholds: at N = 32,768 (the default sample: N / 64 = 512
 // candidates) far fewer values take the scalar path (5.6% -> ~3% of all at alpha = 1%), and every
 // result keeps its bits.
