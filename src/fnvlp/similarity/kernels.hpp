@@ -21,6 +21,7 @@
 // again from -inf. So the results are exact whatever tau0 is; a good tau0 only makes them cheaper.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "fnvlp/similarity/classify.hpp"
@@ -85,6 +86,20 @@ KOKKOS_INLINE_FUNCTION int64_t target_rank(double alpha, int64_t n) {
   return k < 1 ? 1 : (k > n ? n : k);
 }
 
+// A signed integer whose order is the order of the non-NaN float v (-0 just below +0), and back:
+// the magnitude bits of a negative float are flipped so that larger magnitudes sort lower.
+KOKKOS_INLINE_FUNCTION int32_t order_key(float v) {
+  int32_t b;
+  memcpy(&b, &v, sizeof b);
+  return b ^ ((b >> 31) & 0x7fffffff);
+}
+KOKKOS_INLINE_FUNCTION float from_order_key(int32_t key) {
+  const int32_t b = key ^ ((key >> 31) & 0x7fffffff);
+  float v;
+  memcpy(&v, &b, sizeof v);
+  return v;
+}
+
 // Makes room in a full reservoir (n values > tau, eq_n values == tau; cap >= 2k) by raising tau,
 // keeping the invariant: every value seen that is > tau is in vals[0, n), eq_n / eq_lab count the
 // seen values == tau, and tau is below the k-th largest value seen.
@@ -103,14 +118,20 @@ KOKKOS_INLINE_FUNCTION void shrink_reservoir(float* vals, uint8_t* flags, int64_
                                              int64_t pending) {
   int32_t b = sim_bin(hi, bins);
   for (int64_t above = hist[b]; b > 0 && above < k + pending;) above += hist[--b];
+  // The largest value in a bin below b, as the maximum of order keys: an integer maximum
+  // vectorises (a float one does not without -ffast-math), and this scan over the whole reservoir
+  // was a quarter of accumulate_tile's time as a scalar loop with a mispredicted branch.
+  const int32_t none = order_key(-Kokkos::Experimental::infinity<float>::value);
   int64_t keep = 0;
-  float cut = -Kokkos::Experimental::infinity<float>::value;  // largest value in a bin below b
+  int32_t cut_key = none;
   for (int64_t u = 0; u < n; ++u) {
     const float v = vals[u];
     const bool kept = sim_bin(v, bins) >= b;
     keep += kept;
-    cut = (!kept && v > cut) ? v : cut;
+    const int32_t c = kept ? none : order_key(v);
+    cut_key = c > cut_key ? c : cut_key;
   }
+  const float cut = from_order_key(cut_key);
   if (b > 0 && keep >= k && keep <= n - n / 4) {
     // Bins are monotone in the value: the kept values are exactly those > cut.
     int64_t w = 0, ties = 0, ties_lab = 0;

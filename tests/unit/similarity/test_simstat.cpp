@@ -371,6 +371,22 @@ TEST(Simstat, ShrinkReservoirKeepsInvariant) {
     }
 }
 
+// shrink_reservoir takes the largest value below its cut as a maximum of order keys: the keys must
+// sort as the floats do (negatives included, -0 just below +0) and map back to the same bits.
+TEST(Simstat, OrderKeysSortAsTheFloatsAndRoundTrip) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float denorm = std::numeric_limits<float>::denorm_min();
+  std::vector<float> v = {-inf,  -1.0f, -0.5f,  -0.25f, -1e-30f, -denorm,
+                          -0.0f, 0.0f,  denorm, 1e-30f, 0.25f,   std::nextafter(0.25f, 1.0f),
+                          0.5f,  1.0f,  inf};
+  for (size_t i = 0; i < v.size(); ++i) {
+    const int32_t key = similarity::order_key(v[i]);
+    const float back = similarity::from_order_key(key);
+    EXPECT_EQ(std::memcmp(&back, &v[i], sizeof back), 0) << v[i];
+    if (i > 0) EXPECT_LT(similarity::order_key(v[i - 1]), key) << v[i - 1] << " vs " << v[i];
+  }
+}
+
 TEST(Simstat, FncBatchesArePartitionOfPairs) {
   const auto b = similarity::fnc_batches(103, 10, 9);
   std::vector<int> size(11, 0);
