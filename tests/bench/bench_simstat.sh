@@ -2,7 +2,7 @@
 # fnvlp-simstat benchmark, (a)-(e) of issue 5 side by side in one run (figures in README.md):
 #   bash tests/bench/bench_simstat.sh [BUILD_DIR]
 # Env: N (65536), D (256), ALPHA (0.01), BIG_N (200000; 0 skips the peak-memory run (e)),
-# REAL (an exported embeddings file to measure as well), WORK (scratch directory).
+# REAL (exported embeddings files to measure as well, space-separated), WORK (scratch directory).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build}
@@ -29,7 +29,7 @@ measure() {  # measure LABEL FILE
 
 [ -f "$work/rand-$N-$D.h5" ] || "$bench" --mode make --embeddings "$work/rand-$N-$D.h5" --pairs "$N" --dim "$D"
 measure "random unit vectors N=$N D=$D" "$work/rand-$N-$D.h5"
-if [ -n "${REAL:-}" ]; then measure "exported embeddings" "$REAL"; fi
+for f in ${REAL:-}; do measure "exported embeddings" "$f"; done
 if [ "$BIG_N" -gt 0 ]; then
   echo "## (e) peak memory at N=$BIG_N D=$D, 2 ranks"
   [ -f "$work/rand-$BIG_N-$D.h5" ] || "$bench" --mode make --embeddings "$work/rand-$BIG_N-$D.h5" --pairs "$BIG_N" --dim "$D"
