@@ -81,7 +81,9 @@ int main(int argc, char** argv) {
         "tile", "GEMM tile columns", cxxopts::value(p.tile)->default_value("4096"))(
         "row-block", "anchors per block", cxxopts::value(p.row_block)->default_value("2048"))(
         "start-sample", "starting-threshold sample (-1: N/64, 0: none)",
-        cxxopts::value(p.start_sample)->default_value("-1"));
+        cxxopts::value(p.start_sample)->default_value("-1"))(
+        "start-sigmas", "starting-threshold margin in standard deviations",
+        cxxopts::value(p.start_sigmas)->default_value("7"));
     cli.parse(argc, argv);
     torch::set_num_threads(1);
     fnvlp::similarity::KokkosRuntime kokkos;
