@@ -411,20 +411,13 @@ void finalize_rows(const Space& space, const RowState<Space>& st, const RowResul
       KOKKOS_LAMBDA(const int64_t i) {
         const float nan = std::numeric_limits<float>::quiet_NaN();
         const int64_t k = st.k(i);
-        if (k == 0) {
-          out.threshold(i) = nan;
-          out.count(i) = out.count_lab(i) = 0;
-          out.restart(i) = 0;
-          for (int64_t j = 0; j < m; ++j) out.quantiles(i, j) = nan;
-          return;
-        }
         float* vals = &st.res_val(i, 0);
         uint8_t* flags = &st.res_lab(i, 0);
         const int64_t n = st.res_n(i);
-        out.restart(i) = n + st.eq_n(i) < k;
-        if (out.restart(i)) {
-          // Fewer than k values >= tau0: unknown until streamed again (and vmax may not be the
-          // maximum).
+        // Fewer than k values >= tau0: unknown until streamed again (and vmax may not be the
+        // maximum).
+        out.restart(i) = k > 0 && n + st.eq_n(i) < k;
+        if (k == 0 || out.restart(i)) {  // no negatives, or a restart: no results
           out.threshold(i) = nan;
           out.count(i) = out.count_lab(i) = 0;
           for (int64_t j = 0; j < m; ++j) out.quantiles(i, j) = nan;
