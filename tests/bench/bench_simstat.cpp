@@ -192,8 +192,8 @@ int main(int argc, char** argv) {
                                           batches, nullptr, g);
         }
       };
-      // Best of `repeat` each, alternating (GEMM alone, then the job): one run of each moved the
-      // ratio by +-0.05 between runs of the same binary on this shared machine.
+      // Best of `repeat` each, alternating (GEMM alone, then the job): with one run of each the
+      // ratio moved between 1.28 and 1.37 over runs of the same binary on this shared machine.
       double t_gemm = 1e30, t_full = 1e30;
       std::vector<double> all_gemm, all_full;
       nlohmann::json s;
