@@ -13,7 +13,6 @@
 //   bench_step --config jobs/configs/tiny.yaml --data SHARDS [--steps 20] [--warmup 3]
 //              [--set train.batch_size=32 ...]
 // Prints one JSON line (rank 0): mean/median/min step seconds and samples/s (global).
-#include <dlfcn.h>
 #include <mpi.h>
 #include <torch/torch.h>
 
@@ -27,6 +26,7 @@
 #include <numeric>
 
 #include "fnvlp/comm/job_main.hpp"
+#include "fnvlp/core/blas.hpp"
 #include "fnvlp/core/config.hpp"
 #include "fnvlp/data/augment.hpp"
 #include "fnvlp/data/dataset.hpp"
@@ -58,9 +58,7 @@ class StepBench {
   StepBench(const Comm& comm, const train::PretrainConfig& cfg, int64_t total_steps)
       : comm_(comm), cfg_(cfg), total_steps_(total_steps), model_(nullptr) {
     torch::set_num_threads(static_cast<int>(cfg_.train.threads));
-    using Fn = void (*)(int);
-    if (auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
-      fn(static_cast<int>(cfg_.train.threads));
+    set_blas_threads(static_cast<int>(cfg_.train.threads));
     torch::manual_seed(static_cast<uint64_t>(cfg_.train.seed));
     model_ = model::Albef(cfg_.model);
     train::broadcast_module(comm_, *model_);

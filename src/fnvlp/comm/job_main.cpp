@@ -2,6 +2,7 @@
 
 #include <cxxopts.hpp>
 
+#include "fnvlp/core/blas.hpp"
 #include "fnvlp/core/fault.hpp"
 #include "fnvlp/core/log.hpp"
 #include "fnvlp/core/malloc_tuning.hpp"
@@ -11,13 +12,20 @@ namespace fnvlp {
 
 int job_main(int argc, char** argv, const char* program,
              const std::function<int(Comm&, int, char**)>& body) {
-  keep_freed_memory();  // before the first large allocation; see malloc_tuning.hpp
+  use_best_blas_kernels(argv);  // may restart the program: before anything else; see blas.hpp
+  keep_freed_memory();          // before the first large allocation; see malloc_tuning.hpp
   MpiRuntime mpi(&argc, &argv);
   int code = 0;
   {
     Comm comm;
     log::init(comm.rank(), comm.size());
     fault::set_rank(comm.rank());
+    if (comm.is_root()) {
+      if (blas_core_was_replaced())
+        spdlog::info("{}: BLAS {}", program, blas_description());
+      else
+        spdlog::debug("{}: BLAS {}", program, blas_description());
+    }
     try {
       code = body(comm, argc, argv);
     } catch (const cxxopts::exceptions::exception& e) {

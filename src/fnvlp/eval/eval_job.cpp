@@ -1,11 +1,11 @@
 #include "fnvlp/eval/eval_job.hpp"
 
-#include <dlfcn.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <memory>
 
+#include "fnvlp/core/blas.hpp"
 #include "fnvlp/data/dataset.hpp"
 #include "fnvlp/data/sampler.hpp"
 #include "fnvlp/model/albef.hpp"
@@ -18,11 +18,10 @@ using json = nlohmann::json;
 
 namespace {
 
-// As the trainer: torch::set_num_threads does not reach OpenBLAS's own thread pool.
+// libtorch's intra-op threads and OpenBLAS's own pool (core/blas.hpp).
 void set_threads(int n) {
   torch::set_num_threads(n);
-  using Fn = void (*)(int);
-  if (auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(n);
+  set_blas_threads(n);
 }
 
 std::unique_ptr<data::PairDataset> open_dataset(const Comm& comm, const std::string& dir) {

@@ -1,6 +1,5 @@
 #include "fnvlp/train/trainer.hpp"
 
-#include <dlfcn.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -10,6 +9,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "fnvlp/core/blas.hpp"
 #include "fnvlp/core/fault.hpp"
 #include "fnvlp/core/log.hpp"
 #include "fnvlp/data/dataset.hpp"
@@ -53,13 +53,6 @@ torch::Generator step_generator(int64_t seed, int64_t step, int rank, uint64_t s
   gen.set_current_seed(data::hash_key({static_cast<uint64_t>(seed), static_cast<uint64_t>(step),
                                        static_cast<uint64_t>(rank), stream}));
   return gen;
-}
-
-// torch::set_num_threads does not reach OpenBLAS's own pool; without this a rank spawns one BLAS
-// thread per core and ranks fight over cores (1.4-2.2x slower steps measured here).
-void set_blas_threads(int n) {
-  using Fn = void (*)(int);
-  if (auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(n);
 }
 
 // The gathered momentum features of a step with their ids, queued once the step is taken.
