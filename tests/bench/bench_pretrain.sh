@@ -63,6 +63,16 @@ if [ ! -x "$bench_step" ]; then
   fi
 fi
 
+# --- BLAS kernels: the same for both contenders ------------------------------------------------
+# fnvlp's jobs leave OpenBLAS's generic fallback kernels for the best ones the CPU runs
+# (src/fnvlp/core/blas.hpp); PyTorch as shipped would stay on the fallback. Both get the core
+# fnvlp's jobs end on (or the user's OPENBLAS_CORETYPE): this compares frameworks, not kernels.
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  blas_core=$(OPENBLAS_VERBOSE=2 "$build/analysis/fnvlp-report" --help 2>&1 | sed -n 's/^Core: //p' | tail -1)
+  [ -n "$blas_core" ] && export OPENBLAS_CORETYPE=$blas_core
+fi
+echo "OpenBLAS kernels of both contenders: ${OPENBLAS_CORETYPE:-(not OpenBLAS)}"
+
 # --- shards of the train split ----------------------------------------------------------------
 mpirun --oversubscribe -np 2 "$build/data_prep/fnvlp-shard" --input "$flickr/captions.json" \
   --format albef --image-root "$flickr" --split-file "$flickr/splits.json" --split train \
