@@ -38,7 +38,8 @@ CpuFeatures cpu_features() {
 
 std::string_view better_openblas_core(std::string_view current, const CpuFeatures& cpu) {
   if (current.size() != 8 || strncasecmp(current.data(), "prescott", 8) != 0) return {};
-  // The names OPENBLAS_CORETYPE accepts in every DYNAMIC_ARCH build since 0.3.0.
+  // Names OPENBLAS_CORETYPE accepts in x86-64 DYNAMIC_ARCH builds (Debian's 0.3.21 among them);
+  // one it did not know would leave the fallback in place, not fail.
   if (cpu.avx512) return "SkylakeX";
   if (cpu.avx2_fma) return "Haswell";
   if (cpu.avx) return "Sandybridge";
