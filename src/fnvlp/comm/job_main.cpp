@@ -20,12 +20,9 @@ int job_main(int argc, char** argv, const char* program,
     Comm comm;
     log::init(comm.rank(), comm.size());
     fault::set_rank(comm.rank());
-    if (comm.is_root()) {
-      if (blas_core_was_replaced())
-        spdlog::info("{}: BLAS {}", program, blas_description());
-      else
-        spdlog::debug("{}: BLAS {}", program, blas_description());
-    }
+    if (comm.is_root())  // a restart onto other kernels is worth a line at the default level
+      spdlog::log(blas_core_was_replaced() ? spdlog::level::info : spdlog::level::debug,
+                  "{}: BLAS {}", program, blas_description());
     try {
       code = body(comm, argc, argv);
     } catch (const cxxopts::exceptions::exception& e) {
