@@ -151,6 +151,35 @@ TEST(SimstatMpi, ExactForAnyRankCountAndTile) {
   }
 }
 
+// Above one GEMM block: at 2,300 pairs a rank's anchors start inside a block at np 2 and 4
+// (1,150, 575, ...), tiles of 1,000 candidates start inside one (1,000, 2,000), and blocks of 700
+// rows or 2,048 end in or at one. Each pair keeps its place in the GEMM (simstat.hpp), so the
+// thresholds match the brute force and the quantiles one undistributed pass, bit for bit.
+TEST(SimstatMpi, ExactAcrossGemmBlocks) {
+  Comm comm;
+  h5::quiet();
+  const auto dir = work_dir(comm, "blocks");
+  const auto e = test::make_embeddings(2300, 16, 13, false);
+  const std::string file = (dir / "emb.h5").string();
+  comm.collective([&] {
+    if (comm.is_root()) data::write_embeddings(file, e);
+  });
+  similarity::JobOptions opt;
+  opt.embeddings = file;
+  opt.params.alpha = 0.01;
+  opt.params.quantiles = 7;
+  opt.params.bins = 512;
+  opt.params.fnc_batch = 64;
+  opt.params.fnc_seed = 3;
+  for (const auto [tile, block] : {std::pair<int64_t, int64_t>{1000, 700}, {4096, 2048}}) {
+    SCOPED_TRACE("tile " + std::to_string(tile) + " block " + std::to_string(block));
+    opt.params.tile = tile;
+    opt.params.row_block = block;
+    opt.out = (dir / ("stats-" + std::to_string(tile) + ".h5")).string();
+    check_run(comm, e, e, opt);
+  }
+}
+
 TEST(SimstatMpi, LambdaFromNewestEmbeddingsOfARun) {
   Comm comm;
   const auto dir = work_dir(comm, "lambda");

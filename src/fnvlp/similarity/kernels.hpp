@@ -251,9 +251,9 @@ void reset_rows(const Space& space, const RowState<Space>& st, int64_t rows) {
 
 // Folds one tile of similarities into the row state of rows [row0, row0 + rows): histogram,
 // min/max, counts >= lambda, and the threshold reservoir. The tile is stored in segments of
-// W = sims.extent(2) columns (a multiple of kChunk, the GEMM blocks' layout): sims(g, i - row0, j)
-// is anchor i against candidate c0 + g W + j, for columns below `cols` (the rest is ignored); every
-// row must see its tiles in ascending column order.
+// W = sims.extent(2) columns (a multiple of kChunk, the GEMM blocks' layout), from column `off` of
+// the first: sims(g / W, i - row0, g % W), g = off + j, is anchor i against candidate c0 + j, for
+// j < `cols`; every row must see its tiles in ascending column order.
 //
 // Cost per similarity is what decides simstat's speed against the GEMM (a few ns per value each),
 // so the per-value work is only what every value needs, 64 values at a time (classify.hpp, SIMD on
@@ -271,8 +271,8 @@ void reset_rows(const Space& space, const RowState<Space>& st, int64_t rows) {
 template <typename Space, typename SimView, typename IdView, typename LabelView>
 void accumulate_tile(const Space& space, const SimView& sims, int64_t cols, int64_t c0,
                      const IdView& col_image_id, const LabelView& col_label, const IdView& pos_cols,
-                     const IdView& bat_cols, const RowState<Space>& st, int64_t row0,
-                     int64_t rows) {
+                     const IdView& bat_cols, const RowState<Space>& st, int64_t row0, int64_t rows,
+                     int64_t off = 0) {
   static_assert(Kokkos::SpaceAccessibility<Space, typename SimView::memory_space>::accessible,
                 "similarity tile must be accessible from the execution space");
   static_assert(Kokkos::SpaceAccessibility<Space, typename IdView::memory_space>::accessible,
@@ -295,9 +295,10 @@ void accumulate_tile(const Space& space, const SimView& sims, int64_t cols, int6
         // Positives out of the stream.
         int64_t pc = st.pos_cur(i), marked = 0;
         const int64_t pe = st.pos_end(i);
-        for (; pc < pe && pos_cols(pc) < c1; ++pc, ++marked)
-          sims((pos_cols(pc) - c0) / seg, r, (pos_cols(pc) - c0) % seg) =
-              std::numeric_limits<float>::quiet_NaN();
+        for (; pc < pe && pos_cols(pc) < c1; ++pc, ++marked) {
+          const int64_t g = off + pos_cols(pc) - c0;
+          sims(g / seg, r, g % seg) = std::numeric_limits<float>::quiet_NaN();
+        }
         st.pos_cur(i) = pc;
 
         float tau = st.tau(i), lo = st.vmin(i), hi = st.vmax(i);
@@ -308,9 +309,12 @@ void accumulate_tile(const Space& space, const SimView& sims, int64_t cols, int6
         int32_t* hist = &st.hist(i, 0);
         int32_t bin[kChunk];
         int64_t scalar = 0;
-        for (int64_t j0 = 0; j0 < cols; j0 += kChunk) {
-          const int64_t len = cols - j0 < kChunk ? cols - j0 : kChunk;
-          const float* x = &sims(j0 / seg, r, j0 % seg);  // a chunk never spans two segments
+        // Chunks aligned in the segments (a first short one where off is not a multiple of
+        // kChunk), so that a chunk never spans two.
+        for (int64_t j0 = 0, len = 0; j0 < cols; j0 += len) {
+          const int64_t g = off + j0;
+          len = kChunk - g % kChunk < cols - j0 ? kChunk - g % kChunk : cols - j0;
+          const float* x = &sims(g / seg, r, g % seg);
           // Bins, and which values reach tau or lambda or go below the minimum (the maximum needs
           // no test of its own: it is never below tau), as a bit mask.
           const float thr = lam < tau ? lam : tau;  // lam NaN: tau
@@ -355,9 +359,9 @@ void accumulate_tile(const Space& space, const SimView& sims, int64_t cols, int6
         int64_t nb = st.bat_n(i), bc = st.bat_cur(i);
         const int64_t be = st.bat_end(i);
         for (; nb < batch_cap && bc < be && bat_cols(bc) < c1; ++bc) {  // full: never read again
-          const int64_t j = bat_cols(bc) - c0;
+          const int64_t j = bat_cols(bc) - c0, g = off + j;
           if (col_image_id(j) == self) continue;
-          st.bat_val(i, nb) = sims(j / seg, r, j % seg);
+          st.bat_val(i, nb) = sims(g / seg, r, g % seg);
           st.bat_lab(i, nb) = (lab >= 0 && col_label(j) == lab) ? 1 : 0;
           ++nb;
         }

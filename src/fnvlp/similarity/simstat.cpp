@@ -149,47 +149,57 @@ int64_t start_sample_size(const Params& p, int64_t n) {
 }
 
 void similarity_blocks(const float* a, int64_t rows, const float* c, int64_t cols, int64_t dim,
-                       const BlockFn& fn) {
+                       const BlockFn& fn, int64_t row_base, int64_t col_base) {
   // Scratch of the fixed GEMM shape; thread_local so concurrent callers never share it.
   thread_local std::vector<float> pa, pc, ps;
   pa.resize(static_cast<size_t>(kGemmRows * dim));
   pc.resize(static_cast<size_t>(kGemmCols * dim));
   ps.resize(static_cast<size_t>(kGemmRows * kFoldCols));
-  // A block of n < full rows is copied into its zero-padded scratch; a full one is used in place.
-  const auto padded = [dim](const float* src, int64_t n, int64_t full, std::vector<float>& pad) {
-    if (n == full) return src;
+  // Rows [lo, hi) of src (global indices; src holds [base, ...)) at their places in the aligned
+  // block [blk, blk + full): in place when they fill it, else copied into zero-padded scratch.
+  const auto place = [dim](const float* src, int64_t base, int64_t blk, int64_t lo, int64_t hi,
+                           int64_t full, std::vector<float>& pad) {
+    if (lo == blk && hi == blk + full) return src + (lo - base) * dim;
     std::fill(pad.begin(), pad.end(), 0.0f);
-    std::copy(src, src + n * dim, pad.begin());
+    std::copy(src + (lo - base) * dim, src + (hi - base) * dim, pad.begin() + (lo - blk) * dim);
     return static_cast<const float*>(pad.data());
   };
-  for (int64_t r0 = 0; r0 < rows; r0 += kGemmRows) {
-    const int64_t nr = std::min(kGemmRows, rows - r0);
-    const float* ablk = padded(a + r0 * dim, nr, kGemmRows, pa);
+  const int64_t row_end = row_base + rows, col_end = col_base + cols;
+  for (int64_t rb = row_base / kGemmRows * kGemmRows; rb < row_end; rb += kGemmRows) {
+    const int64_t lo = std::max(rb, row_base), hi = std::min(rb + kGemmRows, row_end);
+    const float* ablk = place(a, row_base, rb, lo, hi, kGemmRows, pa);
     const torch::Tensor at = torch::from_blob(const_cast<float*>(ablk), {kGemmRows, dim});
-    for (int64_t f0 = 0; f0 < cols; f0 += kFoldCols) {
-      const int64_t nf = std::min(kFoldCols, cols - f0);
-      for (int64_t c0 = f0; c0 < f0 + nf; c0 += kGemmCols) {
-        const float* cblk = padded(c + c0 * dim, std::min(kGemmCols, cols - c0), kGemmCols, pc);
+    // Fold groups of kFoldCols aligned columns; only the first and last can be partial.
+    for (int64_t fb = col_base / kGemmCols * kGemmCols; fb < col_end; fb += kFoldCols) {
+      const int64_t f_lo = std::max(fb, col_base), f_hi = std::min(fb + kFoldCols, col_end);
+      for (int64_t cb = fb; cb < f_hi; cb += kGemmCols) {
+        const float* cblk = place(c, col_base, cb, std::max(cb, col_base),
+                                  std::min(cb + kGemmCols, col_end), kGemmCols, pc);
         // Block g of the group, contiguous: a BLAS with a wider leading dimension than the block
         // zeroes it (beta = 0) with a strided loop, several times slower than memset.
         torch::Tensor out = torch::from_blob(
-            ps.data() + (c0 - f0) / kGemmCols * kGemmRows * kGemmCols, {kGemmRows, kGemmCols});
+            ps.data() + (cb - fb) / kGemmCols * kGemmRows * kGemmCols, {kGemmRows, kGemmCols});
         torch::mm_out(out, at, torch::from_blob(const_cast<float*>(cblk), {kGemmCols, dim}).t());
       }
-      fn(r0, nr, f0, nf, ps.data());
+      fn(lo - row_base, hi - lo, f_lo - col_base, f_hi - f_lo, ps.data() + (lo - rb) * kGemmCols,
+         f_lo - fb);
     }
   }
 }
 
 void similarity_tile(const float* a, int64_t rows, const float* c, int64_t cols, int64_t dim,
                      float* out) {
-  similarity_blocks(a, rows, c, cols, dim,
-                    [&](int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* s) {
-                      for (int64_t i = 0; i < nr; ++i)
-                        for (int64_t j = 0; j < nc; j += kGemmCols)
-                          std::copy_n(s + j / kGemmCols * kGemmRows * kGemmCols + i * kGemmCols,
-                                      std::min(kGemmCols, nc - j), out + (r0 + i) * cols + c0 + j);
-                    });
+  similarity_blocks(
+      a, rows, c, cols, dim,
+      [&](int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* s, int64_t co) {
+        for (int64_t i = 0; i < nr; ++i)
+          for (int64_t j = 0, len = 0; j < nc; j += len) {
+            const int64_t g = j + co;  // the run of columns in g's GEMM block
+            len = std::min(nc - j, kGemmCols - g % kGemmCols);
+            std::copy_n(s + g / kGemmCols * kGemmRows * kGemmCols + i * kGemmCols + g % kGemmCols,
+                        len, out + (r0 + i) * cols + c0 + j);
+          }
+      });
 }
 
 std::vector<int64_t> fnc_batches(int64_t n, int64_t batch, uint64_t seed) {
@@ -258,7 +268,16 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
   const int64_t tile = std::min(p.tile, std::max<int64_t>(n_cols, 1));
   const int64_t per_row = 4 * p.bins + 5 * capacity + 5 * fnc_cap + 4 * dim + 128;
   const int64_t budget = p.memory_mb * (int64_t{1} << 20) - 4 * tile * dim;
-  const int64_t block = std::clamp<int64_t>(budget / per_row, 1, std::max<int64_t>(p.row_block, 1));
+  int64_t block = std::clamp<int64_t>(budget / per_row, 1, std::max<int64_t>(p.row_block, 1));
+  // Anchors sit at their global row modulo kGemmRows in the GEMM (similarity_blocks). A block of
+  // at least kGemmRows rows is a whole number of GEMM blocks and ends at a global multiple of its
+  // size (a rank's first may be shorter), so only a rank's first and last GEMM blocks are partial.
+  if (block >= kGemmRows) block = block / kGemmRows * kGemmRows;
+  const auto block_rows = [&](int64_t b0) {
+    const int64_t g = row0 + b0;
+    const int64_t end = block % kGemmRows == 0 ? (g / block + 1) * block : g + block;
+    return std::min(end, row0 + rows) - g;
+  };
 
   ExecSpace space;
   ColumnGroups by_id, by_batch;
@@ -300,8 +319,8 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
     }
   }
   out.start_sample = m;
-  for (int64_t b0 = 0; b0 < rows; b0 += block) {
-    const int64_t rb = std::min(block, rows - b0);
+  for (int64_t b0 = 0, rb = 0; b0 < rows; b0 += rb) {
+    rb = block_rows(b0);
     if (!p.gemm_only) {
       upload<int64_t>(st.image_id, image_id.data() + row0 + b0, rb);
       upload<int32_t>(st.label, label.data() + row0 + b0, rb);
@@ -336,17 +355,18 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
         if (b0 == 0 && pass == 0) check_finite(cand.data(), tc, dim, c0, "candidate");
         // Each GEMM block is folded into the row state while it is in cache: no rows x tile
         // matrix goes through memory.
-        similarity_blocks(anchors + b0 * dim, rb, cand.data(), tc, dim,
-                          [&](int64_t r0, int64_t nr, int64_t j0, int64_t nc, float* s) {
-                            if (p.gemm_only) return;
-                            const HostUnmanaged3<float> sv(
-                                s, static_cast<size_t>(kFoldCols / kGemmCols),
-                                static_cast<size_t>(kGemmRows), static_cast<size_t>(kGemmCols));
-                            const int64_t cj = c0 + j0;
-                            accumulate_tile(space, sv, nc, cj, host_view(image_id, cj, nc),
-                                            host_view(label, cj, nc), pos_cols, bat_cols, st, r0,
-                                            nr);
-                          });
+        similarity_blocks(
+            anchors + b0 * dim, rb, cand.data(), tc, dim,
+            [&](int64_t r0, int64_t nr, int64_t j0, int64_t nc, float* s, int64_t co) {
+              if (p.gemm_only) return;
+              const HostUnmanaged3<float> sv(s, static_cast<size_t>(kFoldCols / kGemmCols),
+                                             static_cast<size_t>(kGemmRows),
+                                             static_cast<size_t>(kGemmCols));
+              const int64_t cj = c0 + j0;
+              accumulate_tile(space, sv, nc, cj, host_view(image_id, cj, nc),
+                              host_view(label, cj, nc), pos_cols, bat_cols, st, r0, nr, co);
+            },
+            row0 + b0, c0);
       }
       if (p.gemm_only) break;
       finalize_rows(space, st, res, rb);

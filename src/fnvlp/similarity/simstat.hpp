@@ -60,29 +60,37 @@ struct RowStats {
 };
 
 // S = A C^T for A (rows x dim) and C (cols x dim), row-major into out (rows x cols). Every BLAS
-// call has the same fixed shape (kGemmRows x kGemmCols, zero-padded at the edges): BLAS libraries
-// pick different kernels (summation orders) by matrix size, so without this the bits of a
-// similarity would depend on the tile size and on the rank count. With it, each value depends on
-// its two embeddings alone, and the exact thresholds are the same on any decomposition.
+// call has the same fixed shape (kGemmRows x kGemmCols, zero-padded), and every anchor and
+// candidate has a fixed place in it: its global index (row_base + i, col_base + j) modulo the
+// block size. Both are needed for the bits of a similarity to depend on its two embeddings alone,
+// and so for the exact thresholds to be the same on any decomposition (rank count, row block,
+// tile): BLAS libraries pick kernels (summation orders) by matrix size, and within one call some
+// compute an element by an order that depends on its place (OpenBLAS 0.3.21's Haswell SGEMM, which
+// it runs on AVX2 CPUs without AVX-512, AMD Zen included: moving the operands by a few rows or
+// columns changed the last bits of 0.3-6.5% of the products at dim 24 and 256; the other rows'
+// contents never did). Checked by Simstat.SimilarityBlocksFixAPairsPlace, which ctest also runs on
+// those kernels wherever the CPU can (tests/env/haswell_kernels.sh).
 // 1,024 rows rather than 256: OpenBLAS packs both operands on every call, (rows + cols) x dim
 // values for 2 rows x cols x dim flops, and at 256 rows that cost the GEMM 8-10% of its rate
-// (84-92 against 93-98 GFLOP/s single-threaded at 1,024, d = 256). A rank's last row block pads
-// to a multiple of it (at most 1,023 zero rows per block).
+// (84-92 against 93-98 GFLOP/s single-threaded at 1,024, d = 256). A rank's first and last row
+// blocks pad to the aligned blocks around them (at most 1,023 zero rows each).
 inline constexpr int64_t kGemmRows = 1024;
 inline constexpr int64_t kGemmCols = 1024;
 void similarity_tile(const float* a, int64_t rows, const float* c, int64_t cols, int64_t dim,
                      float* out);
-// The same products handed over while they are still in cache: fn(r0, nr, c0, nc, s) gets rows
-// [r0, r0 + nr) x columns [c0, c0 + nc) of S, nc <= kFoldCols, rows outer, columns in ascending
-// order, as the GEMM blocks that cover them, each contiguous: S(r0 + i, c0 + j) is
-// s[(j / kGemmCols) * kGemmRows * kGemmCols + i * kGemmCols + j % kGemmCols]. Handing over
-// kFoldCols columns (16 MiB at kGemmRows rows, in L3) rather than one block lets a row's
-// statistics (its histogram lines, evicted by every GEMM) serve 4,096 values per fetch instead of
-// 1,024. `s` is scratch: fn may overwrite it.
+// The same products handed over while they are still in cache: fn(r0, nr, c0, nc, s, co) gets
+// rows [r0, r0 + nr) x columns [c0, c0 + nc) of S (indices into a and c), nc <= kFoldCols - co,
+// rows outer, columns in ascending order, as the GEMM blocks that cover them, each contiguous:
+// S(r0 + i, c0 + j) is s[(g / kGemmCols) * kGemmRows * kGemmCols + i * kGemmCols + g % kGemmCols]
+// with g = co + j (co > 0 only where the columns start inside a GEMM block: col_base + c0 not a
+// multiple of kGemmCols). Handing over kFoldCols columns (16 MiB at kGemmRows rows, in L3) rather
+// than one block lets a row's statistics (its histogram lines, evicted by every GEMM) serve 4,096
+// values per fetch instead of 1,024. `s` is scratch: fn may overwrite it.
 inline constexpr int64_t kFoldCols = 4 * kGemmCols;
-using BlockFn = std::function<void(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* s)>;
+using BlockFn =
+    std::function<void(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* s, int64_t co)>;
 void similarity_blocks(const float* a, int64_t rows, const float* c, int64_t cols, int64_t dim,
-                       const BlockFn& fn);
+                       const BlockFn& fn, int64_t row_base = 0, int64_t col_base = 0);
 
 // Reads candidate rows [c0, c0 + n) (n * dim floats) into out.
 using CandidateReader = std::function<void(int64_t c0, int64_t n, float* out)>;

@@ -305,6 +305,60 @@ TEST(Simstat, SameBitsForAnyTileAndRowBlock) {
   }
 }
 
+// Every anchor and candidate has a fixed place in the fixed-shape GEMM: its global index modulo the
+// block size (simstat.hpp). Sub-ranges at any bases, spanning block and fold-group boundaries,
+// give each pair the bits of the whole product, and the callback covers each of its rows and
+// columns once. On kernels whose per-element order depends on the place (OpenBLAS's Haswell
+// SGEMM: ctest also runs this on it, similarity.haswell_kernels) it fails without the places.
+TEST(Simstat, SimilarityBlocksFixAPairsPlace) {
+  const int64_t rows = 2200, cols = similarity::kFoldCols + 1504, dim = 24;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> g;
+  std::vector<float> a(static_cast<size_t>(rows * dim)), c(static_cast<size_t>(cols * dim));
+  for (auto& v : a) v = g(rng);
+  for (auto& v : c) v = g(rng);
+  std::vector<float> full(static_cast<size_t>(rows * cols));
+  similarity::similarity_tile(a.data(), rows, c.data(), cols, dim, full.data());
+  struct Range {
+    int64_t r0, nr, c0, nc;
+  };
+  for (const Range q : {Range{0, rows, 0, cols}, Range{5, 1, 7, 1}, Range{1000, 60, 1020, 10},
+                        Range{3, 2100, 999, similarity::kFoldCols + 500},
+                        Range{1024, 1024, 4096, 1024}, Range{2047, 153, 1, cols - 1}}) {
+    SCOPED_TRACE("rows " + std::to_string(q.r0) + "+" + std::to_string(q.nr) + " cols " +
+                 std::to_string(q.c0) + "+" + std::to_string(q.nc));
+    std::vector<int32_t> seen(static_cast<size_t>(q.nr * q.nc), 0);
+    int64_t differ = 0;
+    similarity::similarity_blocks(
+        a.data() + q.r0 * dim, q.nr, c.data() + q.c0 * dim, q.nc, dim,
+        [&](int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* s, int64_t co) {
+          ASSERT_GE(co, 0);
+          ASSERT_LE(co + nc, similarity::kFoldCols);
+          for (int64_t i = 0; i < nr; ++i)
+            for (int64_t j = 0; j < nc; ++j) {
+              const int64_t gc = co + j;
+              const float v =
+                  s[gc / similarity::kGemmCols * similarity::kGemmRows * similarity::kGemmCols +
+                    i * similarity::kGemmCols + gc % similarity::kGemmCols];
+              ++seen[static_cast<size_t>((r0 + i) * q.nc + c0 + j)];
+              const float want = full[static_cast<size_t>((q.r0 + r0 + i) * cols + q.c0 + c0 + j)];
+              differ += std::memcmp(&v, &want, sizeof v) != 0;
+            }
+        },
+        q.r0, q.c0);
+    EXPECT_EQ(differ, 0) << "products with other bits than at their places in the whole";
+    EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int32_t n) { return n == 1; }));
+  }
+  // And the products are the dot products (in double, to float rounding).
+  for (const auto [i, j] : {std::pair<int64_t, int64_t>{0, 0}, {1500, 5000}, {2199, cols - 1}}) {
+    double d = 0;
+    for (int64_t k = 0; k < dim; ++k)
+      d +=
+          double(a[static_cast<size_t>(i * dim + k)]) * double(c[static_cast<size_t>(j * dim + k)]);
+    EXPECT_NEAR(full[static_cast<size_t>(i * cols + j)], d, 1e-4);
+  }
+}
+
 TEST(Simstat, SelectKthLargestLayout) {
   std::vector<float> v = {3, 1, 3, 2, 5, 3, 0, 5};
   std::vector<uint8_t> f(v.size(), 0);
