@@ -264,6 +264,97 @@ TEST(Simstat, ClassifyChunkHostMatchesPortable) {
       }
 }
 
+// One row streamed through accumulate_tile against a plain count, at the reservoir's hard cases:
+// values exactly at the starting threshold (ties), lambda at, above and below tau, labels, a
+// reservoir of 2k to 2k + 3 that fills mid-chunk, NaN positives, partial chunks, and starts above
+// the k-th largest (a restart must be flagged). Values come from a small set, so ties are
+// everywhere; the brute-force tests above go through the whole driver, this one through the
+// kernels alone, with starts the driver's sample would not choose.
+TEST(Simstat, FoldMatchesPlainCountsWithTiesLambdaAndSmallReservoirs) {
+  using Space = similarity::ExecSpace;
+  std::mt19937 rng(11);
+  const float levels[] = {-0.5f, -0.25f, 0.0f, 0.125f, 0.25f, 0.375f, 0.5f, 0.75f};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int32_t bins = 64;
+  int64_t checked = 0, restarts = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t cols = 1 + static_cast<int64_t>(rng() % 300);
+    const int64_t width = (cols + similarity::kChunk - 1) / similarity::kChunk * similarity::kChunk;
+    std::vector<float> row(static_cast<size_t>(width), 0.0f);
+    std::vector<int64_t> col_id(static_cast<size_t>(cols)), pos;
+    std::vector<int32_t> col_label(static_cast<size_t>(cols));
+    const int64_t self = 1000;
+    for (int64_t j = 0; j < cols; ++j) {
+      const bool positive = rng() % 23 == 0;
+      row[static_cast<size_t>(j)] = rng() % 4 == 0
+                                        ? levels[rng() % 8] + 0.01f * static_cast<float>(rng() % 5)
+                                        : levels[rng() % 8];
+      col_id[static_cast<size_t>(j)] = positive ? self : j;
+      if (positive) pos.push_back(j);
+      col_label[static_cast<size_t>(j)] = static_cast<int32_t>(rng() % 3);
+    }
+    std::vector<float> neg;
+    for (int64_t j = 0; j < cols; ++j)
+      if (col_id[static_cast<size_t>(j)] != self) neg.push_back(row[static_cast<size_t>(j)]);
+    if (neg.empty()) continue;
+    const auto nn = static_cast<int64_t>(neg.size());
+    const int64_t k = 1 + static_cast<int64_t>(rng() % static_cast<uint32_t>(nn));
+    const int32_t lab = rng() % 3 == 0 ? -1 : 1;
+    const float lam = rng() % 3 == 0 ? nan : levels[rng() % 8];
+    const float tau0 = rng() % 4 == 0 ? -std::numeric_limits<float>::infinity() : levels[rng() % 8];
+    similarity::RowState<Space> st(1, bins, 2 * k + static_cast<int64_t>(rng() % 4), 1);
+    st.image_id(0) = self;
+    st.label(0) = lab;
+    st.k(0) = k;
+    st.lambda(0) = lam;
+    st.tau0(0) = tau0;
+    st.pos_begin(0) = 0;  // the positives: all of `pos`
+    st.pos_end(0) = static_cast<int64_t>(pos.size());
+    const std::vector<int64_t> none(1, 0);
+    const similarity::HostUnmanaged1<const int64_t> ids(col_id.data(), cols),
+        pos_cols(pos.empty() ? none.data() : pos.data(), pos.size()), empty(none.data(), 0);
+    const similarity::HostUnmanaged1<const int32_t> labels(col_label.data(), cols);
+    similarity::reset_rows(Space(), st, 1);
+    const similarity::HostUnmanaged3<float> sims(row.data(), 1, 1, static_cast<size_t>(width));
+    similarity::accumulate_tile(Space(), sims, cols, 0, ids, labels, pos_cols, empty, st, 0, 1);
+    const similarity::RowResult<Space> res(1, 5);
+    similarity::finalize_rows(Space(), st, res, 1);
+    // The plain count.
+    std::vector<float> sorted = neg;
+    std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+    const float kth = sorted[static_cast<size_t>(k - 1)];
+    int64_t at_least_tau0 = 0, count = 0, count_lab = 0, lam_n = 0, lam_lab = 0;
+    for (int64_t j = 0; j < cols; ++j) {
+      const auto u = static_cast<size_t>(j);
+      if (col_id[u] == self) continue;
+      const float v = row[u];
+      const bool same = lab >= 0 && col_label[u] == lab;
+      at_least_tau0 += v >= tau0;
+      count += v >= kth;
+      count_lab += v >= kth && same;
+      lam_n += v >= lam;
+      lam_lab += v >= lam && same;
+    }
+    const std::string where = "trial " + std::to_string(trial);
+    EXPECT_EQ(st.lam_n(0), lam_n) << where;
+    EXPECT_EQ(st.lam_lab(0), lam_lab) << where;
+    const bool restart = at_least_tau0 < k;
+    ASSERT_EQ(res.restart(0) != 0, restart) << where;
+    if (restart) {
+      ++restarts;
+      continue;
+    }
+    EXPECT_EQ(st.vmin(0), sorted.back()) << where;
+    EXPECT_EQ(st.vmax(0), sorted.front()) << where;
+    EXPECT_EQ(res.threshold(0), kth) << where;
+    EXPECT_EQ(res.count(0), count) << where;
+    EXPECT_EQ(res.count_lab(0), count_lab) << where;
+    ++checked;
+  }
+  EXPECT_GT(checked, 200);
+  EXPECT_GT(restarts, 10);
+}
+
 TEST(Simstat, KEqualsOneAndKEqualsAll) {
   const auto c = make_case(200, 16, 3, false, 24);
   expect_matches_reference(c, params(1e-9, 50, 200));
