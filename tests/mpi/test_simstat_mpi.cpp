@@ -109,23 +109,37 @@ void check_run(const Comm& comm, const data::Embeddings& e, const data::Embeddin
   }
 }
 
+// What the exactness tests vary besides the decomposition.
+struct Stats {
+  double alpha;
+  int64_t quantiles, bins, fnc_batch;
+  uint64_t fnc_seed;
+};
+
+// Writes `e` to DIR/emb.h5 (on rank 0) and returns the options of a simstat job on it.
+similarity::JobOptions job_on(const Comm& comm, const fs::path& dir, const data::Embeddings& e,
+                              const Stats& s) {
+  const std::string file = (dir / "emb.h5").string();
+  comm.collective([&] {
+    if (comm.is_root()) data::write_embeddings(file, e);
+  });
+  similarity::JobOptions opt;
+  opt.embeddings = file;
+  opt.params.alpha = s.alpha;
+  opt.params.quantiles = s.quantiles;
+  opt.params.bins = s.bins;
+  opt.params.fnc_batch = s.fnc_batch;
+  opt.params.fnc_seed = s.fnc_seed;
+  return opt;
+}
+
 TEST(SimstatMpi, ExactForAnyRankCountAndTile) {
   Comm comm;
   h5::quiet();
   for (const bool adversarial : {false, true}) {
     const auto dir = work_dir(comm, adversarial ? "adv" : "rand");
     const auto e = test::make_embeddings(203, 16, adversarial ? 11 : 12, adversarial);
-    const std::string file = (dir / "emb.h5").string();
-    comm.collective([&] {
-      if (comm.is_root()) data::write_embeddings(file, e);
-    });
-    similarity::JobOptions opt;
-    opt.embeddings = file;
-    opt.params.alpha = 0.03;
-    opt.params.quantiles = 11;
-    opt.params.bins = 256;
-    opt.params.fnc_batch = 20;
-    opt.params.fnc_seed = 5;
+    auto opt = job_on(comm, dir, e, {0.03, 11, 256, 20, 5});
     // Starting thresholds: none (N / 64 < 256), from a strided HDF5 read of 50 candidates, and
     // from 40 at a margin that starts every anchor at its sample's maximum (most restart).
     struct Variant {
@@ -160,17 +174,7 @@ TEST(SimstatMpi, ExactAcrossGemmBlocks) {
   h5::quiet();
   const auto dir = work_dir(comm, "blocks");
   const auto e = test::make_embeddings(2300, 16, 13, false);
-  const std::string file = (dir / "emb.h5").string();
-  comm.collective([&] {
-    if (comm.is_root()) data::write_embeddings(file, e);
-  });
-  similarity::JobOptions opt;
-  opt.embeddings = file;
-  opt.params.alpha = 0.01;
-  opt.params.quantiles = 7;
-  opt.params.bins = 512;
-  opt.params.fnc_batch = 64;
-  opt.params.fnc_seed = 3;
+  auto opt = job_on(comm, dir, e, {0.01, 7, 512, 64, 3});
   for (const auto [tile, block] : {std::pair<int64_t, int64_t>{1000, 700}, {4096, 2048}}) {
     SCOPED_TRACE("tile " + std::to_string(tile) + " block " + std::to_string(block));
     opt.params.tile = tile;
