@@ -272,10 +272,11 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
   // Anchors sit at their global row modulo kGemmRows in the GEMM (similarity_blocks). A block of
   // at least kGemmRows rows is a whole number of GEMM blocks and ends at a global multiple of its
   // size (a rank's first may be shorter), so only a rank's first and last GEMM blocks are partial.
-  if (block >= kGemmRows) block = block / kGemmRows * kGemmRows;
+  const bool whole = block >= kGemmRows;
+  if (whole) block = block / kGemmRows * kGemmRows;
   const auto block_rows = [&](int64_t b0) {
     const int64_t g = row0 + b0;
-    const int64_t end = block % kGemmRows == 0 ? (g / block + 1) * block : g + block;
+    const int64_t end = whole ? (g / block + 1) * block : g + block;
     return std::min(end, row0 + rows) - g;
   };
 
