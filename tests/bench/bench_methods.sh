@@ -6,6 +6,9 @@
 # Each run: fnvlp-pretrain, tiny preset, 2 ranks, synthetic data, 2 epochs; the figure is the
 # median samples/s over the logged windows of epoch 1 (the grouped epoch for GRIT/FALCON; the
 # window holding the epoch-end export is excluded by taking the median).
+# Then FALCON's reward pass against the step it follows, on the same shards, ranks and preset:
+# bench_step --falcon-reward, time and BLAS FLOPs (tests/bench/gemm_flops.c preloaded): the FLOP
+# ratio is the overhead the exact reward costs with every kernel as fast as the step's.
 # Then the GloFND state memory per rank at N = 4,000,000 pairs and 8 ranks (bench_glofnd_memory).
 # Usage: tests/bench/bench_methods.sh [BUILD_DIR] [ROUNDS] [IMAGES]
 set -euo pipefail
@@ -78,6 +81,19 @@ def own(m, base, keys):
 print(f"GloFND from phases:         {own('glofnd', 'uniform', ['negatives']):.3f}")
 print(f"FALCON from phases:         {own('falcon', 'grit', ['falcon', 'batch']):.3f}")
 PY
-cmake --build "$build" --target bench_glofnd_memory >/dev/null
+cmake --build "$build" --target bench_step bench_glofnd_memory >/dev/null
+cc -O2 -shared -fPIC "$root/tests/bench/gemm_flops.c" -o "$work/gemm_flops.so" -ldl
+"${mpirun[@]}" -x LD_PRELOAD="$work/gemm_flops.so" "$build/tests/bench/bench_step" \
+  --config "$root/jobs/configs/tiny.yaml" --data "$work/shards" --steps 20 --warmup 3 \
+  --falcon-reward | tee "$work/reward.json"
+"$py" - "$work/reward.json" <<'PY'
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+print(f"FALCON reward pass / step: time {r['reward_over_step_median']:.3f} "
+      f"(CPU {r['reward_over_step_cpu_median']:.3f}), BLAS FLOPs "
+      f"{r['reward_gemm_gflop_median']:.2f} / {r['step_gemm_gflop_median']:.2f} GFLOP = "
+      f"{r['reward_over_step_gemm_flops']:.3f}; the reward pass's BLAS time alone / step "
+      f"{r['reward_blas_over_step']:.3f}")
+PY
 "$build/tests/bench/bench_glofnd_memory" 4000000 8
 "$build/tests/bench/bench_glofnd_memory" 4000000 1

@@ -10,12 +10,20 @@
 // averaging, clipping and AdamW. Runs under mpirun at any rank count (each rank its own batch
 // rows b*r..b*r+b-1) or stand-alone as one rank.
 //
+// With --falcon-reward every timed step is followed by FALCON's reward pass (Trainer::
+// falcon_update: L_MLM at θ_{k+1} on the step's batch and masks, in inference mode), timed on its
+// own: the reward pass against the step it follows is the part of FALCON's overhead the issue
+// fixes exactly (issue 4 benchmark). Where tests/bench/gemm_flops.c is preloaded, the BLAS FLOPs
+// of the step and of the reward pass are counted too: their ratio is what the reward pass costs
+// whatever its kernels' speed.
+//
 //   bench_step --config jobs/configs/tiny.yaml --data SHARDS [--steps 20] [--warmup 3]
-//              [--set train.batch_size=32 ...]
+//              [--falcon-reward] [--set train.batch_size=32 ...]
 // Prints one JSON line (rank 0): mean/median/min step seconds and samples/s (global).
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include <dlfcn.h>
 #include <time.h>
 
 #include <algorithm>
@@ -136,12 +144,13 @@ class StepBench {
         loss::mlm_loss(model_->mlm_logits(model_->fuse_at(model_->encode_text(m.input_ids, mask),
                                                           mask, image_tokens, m.positions)),
                        m.targets);
+    masking_ = m;
 
     torch::Tensor total =
         cfg_.loss.itc_weight * itc.loss + cfg_.loss.itm_weight * itm + cfg_.loss.mlm_weight * mlm;
     (void)itc.loss.item<double>();
     (void)itm.item<double>();
-    (void)mlm.item<double>();
+    mlm_before_ = mlm.item<double>();
     const double total_value = total.item<double>();
     const bool finite = train::all_finite(comm_, total_value);
     if (in.cross_rank_grad && finite) {
@@ -160,6 +169,21 @@ class StepBench {
     return total_value;
   }
 
+  // Trainer::falcon_update's reward pass after the step above: Δ_k = L_MLM(θ_k) - L_MLM(θ_{k+1})
+  // on the same batch and masks (falcon.txt §3.3, Alg. 2 line 7).
+  double reward_pass(const torch::Tensor& images, const data::Batch& batch) {
+    c10::InferenceMode inference;
+    torch::manual_seed(
+        data::hash_key({static_cast<uint64_t>(cfg_.train.seed), static_cast<uint64_t>(step_ - 1),
+                        static_cast<uint64_t>(comm_.rank()), 0}));
+    const torch::Tensor mask = batch.attention_mask;
+    const auto tokens = model_->encode_image(images);
+    const auto at_masked = model_->fuse_at(model_->encode_text(masking_.input_ids, mask), mask,
+                                           tokens, masking_.positions);
+    return mlm_before_ -
+           loss::mlm_loss(model_->mlm_logits(at_masked), masking_.targets).item<double>();
+  }
+
  private:
   void sum_rows(torch::Tensor& t) {
     t = t.contiguous();
@@ -174,18 +198,36 @@ class StepBench {
   std::vector<torch::Tensor> params_;
   std::unique_ptr<train::FlatGradients> grads_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  loss::MlmMasking masking_;  // the last step's, for the reward pass
+  double mlm_before_ = 0;
 };
+
+// A counter of tests/bench/gemm_flops.c (fnvlp_gemm_flops, fnvlp_gemm_ns) when it is
+// preloaded, else null.
+using BlasCounter = unsigned long long (*)();
+BlasCounter preloaded_counter(const char* name) {
+  return reinterpret_cast<BlasCounter>(dlsym(RTLD_DEFAULT, name));
+}
+
+template <typename T>
+T median_of(std::vector<T> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 int run(Comm& comm, int argc, char** argv) {
   std::string config_path, data_dir;
   std::vector<std::string> overrides;
   int64_t steps = 20, warmup = 3;
+  bool falcon_reward = false;
   cxxopts::Options cli("bench_step", "compute-only timing of the fnvlp-pretrain step");
   cli.add_options()("config", "YAML config", cxxopts::value(config_path))(
       "data", "shard directory (pairs 0.. form the fixed batch)", cxxopts::value(data_dir))(
       "steps", "timed steps", cxxopts::value(steps))("warmup", "untimed steps first",
                                                      cxxopts::value(warmup))(
-      "set", "config override k=v (repeatable)", cxxopts::value(overrides))("h,help", "help");
+      "falcon-reward", "after every timed step, time FALCON's reward pass on its own",
+      cxxopts::value(falcon_reward))("set", "config override k=v (repeatable)",
+                                     cxxopts::value(overrides))("h,help", "help");
   const auto args = cli.parse(argc, argv);
   if (args.count("help")) {
     if (comm.is_root()) std::cout << cli.help() << "\n";
@@ -214,23 +256,45 @@ int run(Comm& comm, int argc, char** argv) {
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
   };
-  std::vector<double> times, cpu;
+  const BlasCounter flops = preloaded_counter("fnvlp_gemm_flops");
+  const BlasCounter blas_ns = preloaded_counter("fnvlp_gemm_ns");
+  auto since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<double> times, cpu, reward_times, reward_cpu, rewards;
+  std::vector<unsigned long long> step_flops, reward_flops, step_blas_ns, reward_blas_ns;
   double last = 0;
   for (int64_t s = 0; s < steps; ++s) {
     comm.barrier();
-    const auto t0 = std::chrono::steady_clock::now();
-    const double c0 = cpu_now();
+    auto t0 = std::chrono::steady_clock::now();
+    double c0 = cpu_now();
+    unsigned long long f0 = flops ? flops() : 0, n0 = blas_ns ? blas_ns() : 0;
     last = bench.step(images, batch);
     cpu.push_back(cpu_now() - c0);
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    times.push_back(since(t0));
+    if (flops) step_flops.push_back(flops() - f0);
+    if (blas_ns) step_blas_ns.push_back(blas_ns() - n0);
+    if (!falcon_reward) continue;
+    comm.barrier();
+    t0 = std::chrono::steady_clock::now();
+    c0 = cpu_now();
+    f0 = flops ? flops() : 0;
+    n0 = blas_ns ? blas_ns() : 0;
+    rewards.push_back(bench.reward_pass(images, batch));
+    reward_cpu.push_back(cpu_now() - c0);
+    reward_times.push_back(since(t0));
+    if (flops) reward_flops.push_back(flops() - f0);
+    if (blas_ns) reward_blas_ns.push_back(blas_ns() - n0);
   }
   // A step of the job lasts as long as its slowest rank.
   comm.allreduce(times.data(), times.size(), MPI_MAX);
   comm.allreduce(cpu.data(), cpu.size(), MPI_MAX);
+  if (falcon_reward) {
+    comm.allreduce(reward_times.data(), reward_times.size(), MPI_MAX);
+    comm.allreduce(reward_cpu.data(), reward_cpu.size(), MPI_MAX);
+  }
   const double mean = std::accumulate(times.begin(), times.end(), 0.0) / times.size();
   const double cpu_mean = std::accumulate(cpu.begin(), cpu.end(), 0.0) / cpu.size();
-  std::vector<double> sorted = times;
-  std::sort(sorted.begin(), sorted.end());
   if (comm.is_root()) {
     nlohmann::json out = {{"impl", "fnvlp"},
                           {"mode", "compute"},
@@ -242,11 +306,43 @@ int run(Comm& comm, int argc, char** argv) {
                           {"params", bench.parameters()},
                           {"steps", steps},
                           {"step_s_mean", mean},
-                          {"step_s_median", sorted[sorted.size() / 2]},
-                          {"step_s_min", sorted.front()},
+                          {"step_s_median", median_of(times)},
+                          {"step_s_min", *std::min_element(times.begin(), times.end())},
                           {"step_cpu_s_mean", cpu_mean},
                           {"samples_per_s", b * comm.size() / mean},
                           {"last_loss", last}};
+    if (falcon_reward) {
+      // Per step, the reward pass against the step it follows; the median of those ratios.
+      std::vector<double> ratio(times.size()), cpu_ratio(times.size());
+      for (size_t i = 0; i < times.size(); ++i) {
+        ratio[i] = reward_times[i] / times[i];
+        cpu_ratio[i] = reward_cpu[i] / cpu[i];
+      }
+      out["reward_s_median"] = median_of(reward_times);
+      out["reward_over_step_median"] = median_of(ratio);
+      out["reward_over_step_cpu_median"] = median_of(cpu_ratio);
+      out["reward_mean"] = std::accumulate(rewards.begin(), rewards.end(), 0.0) / rewards.size();
+    }
+    if (flops && blas_ns) {
+      // Rank 0's counts (every rank runs the same shapes but for its own masked-token count)
+      // against the slowest rank's times, so the time shares err low.
+      auto sum = [](const std::vector<unsigned long long>& v) {
+        return static_cast<double>(std::accumulate(v.begin(), v.end(), 0ULL));
+      };
+      const double step_s = std::accumulate(times.begin(), times.end(), 0.0);
+      out["step_gemm_gflop_median"] = 1e-9 * static_cast<double>(median_of(step_flops));
+      out["step_blas_time_share"] = 1e-9 * sum(step_blas_ns) / step_s;
+      if (falcon_reward) {
+        out["reward_gemm_gflop_median"] = 1e-9 * static_cast<double>(median_of(reward_flops));
+        out["reward_over_step_gemm_flops"] = sum(reward_flops) / sum(step_flops);
+        // The reward pass's time inside BLAS alone, against the whole step: the overhead left if
+        // everything else of the reward pass cost nothing.
+        out["reward_blas_over_step"] = 1e-9 * sum(reward_blas_ns) / step_s;
+        out["reward_blas_time_share"] =
+            1e-9 * sum(reward_blas_ns) /
+            std::accumulate(reward_times.begin(), reward_times.end(), 0.0);
+      }
+    }
     std::cout << out.dump() << std::endl;
   }
   return 0;
