@@ -22,6 +22,9 @@ packages=(
   shellcheck
   # plots, benchmarks, reference scripts (Debian's python, not a venv)
   python3 python3-numpy python3-pil python3-h5py python3-matplotlib gnuplot-nox
+  # the PyTorch twin of the pretraining benchmark (tests/bench/pytorch_albef.py; ~17 MB beside
+  # libtorch-dev)
+  python3-torch python3-yaml
 )
 
 missing=()
