@@ -28,8 +28,15 @@ static unsigned long long now_ns(void) {
   return (unsigned long long)t.tv_sec * 1000000000ULL + (unsigned long long)t.tv_nsec;
 }
 
+// The next definition in the global scope; where BLAS came in with a library dlopen'ed locally
+// (Python's torch), that scope lacks it, so ask the BLAS libraries themselves.
 static void* real_symbol(const char* name) {
   void* f = dlsym(RTLD_NEXT, name);
+  const char* libs[] = {"libblas.so.3", "libopenblas.so.0"};
+  for (int i = 0; !f && i < 2; ++i) {
+    void* lib = dlopen(libs[i], RTLD_LAZY | RTLD_NOLOAD);
+    if (lib) f = dlsym(lib, name);
+  }
   if (!f) {
     fprintf(stderr, "gemm_flops: no %s after this library (%s)\n", name, dlerror());
     abort();
