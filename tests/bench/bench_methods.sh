@@ -81,9 +81,8 @@ def own(m, base, keys):
 print(f"GloFND from phases:         {own('glofnd', 'uniform', ['negatives']):.3f}")
 print(f"FALCON from phases:         {own('falcon', 'grit', ['falcon', 'batch']):.3f}")
 PY
-cmake --build "$build" --target bench_step bench_glofnd_memory >/dev/null
-cc -O2 -shared -fPIC "$root/tests/bench/gemm_flops.c" -o "$work/gemm_flops.so" -ldl
-"${mpirun[@]}" -x LD_PRELOAD="$work/gemm_flops.so" "$build/tests/bench/bench_step" \
+cmake --build "$build" --target bench_step bench_glofnd_memory gemm_flops >/dev/null
+"${mpirun[@]}" -x LD_PRELOAD="$build/tests/bench/gemm_flops.so" "$build/tests/bench/bench_step" \
   --config "$root/jobs/configs/tiny.yaml" --data "$work/shards" --steps 20 --warmup 3 \
   --falcon-reward | tee "$work/reward.json"
 "$py" - "$work/reward.json" <<'PY'

@@ -8,8 +8,9 @@
 // with dlsym(RTLD_DEFAULT, ...) only when this library is preloaded.
 // Counted as 2·m·n·k per GEMM and 2·m·n per GEMV (one multiply and one add per term).
 //
-//   cc -O2 -shared -fPIC tests/bench/gemm_flops.c -o gemm_flops.so -ldl
-//   LD_PRELOAD=$PWD/gemm_flops.so build/tests/bench/bench_step ... --falcon-reward
+//   cmake --build build --target gemm_flops    # build/tests/bench/gemm_flops.so
+//   LD_PRELOAD=$PWD/build/tests/bench/gemm_flops.so build/tests/bench/bench_step ...
+// ctest bench.gemm_flops (check_gemm_flops.py) checks its counts on products of known size.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdatomic.h>
