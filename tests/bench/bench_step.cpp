@@ -137,14 +137,9 @@ class StepBench {
     const torch::Tensor itm = loss::itm_loss(model_->itm_logits(fused), pairs.labels);
 
     auto mlm_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 3);
-    const loss::MlmMasking m =
-        loss::mask_tokens(ids, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size, kMaskId,
-                          {kPadId, kClsId, kSepId}, mlm_gen);
-    const torch::Tensor mlm =
-        loss::mlm_loss(model_->mlm_logits(model_->fuse_at(model_->encode_text(m.input_ids, mask),
-                                                          mask, image_tokens, m.positions)),
-                       m.targets);
-    masking_ = m;
+    masking_ = loss::mask_tokens(ids, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size,
+                                 kMaskId, {kPadId, kClsId, kSepId}, mlm_gen);
+    const torch::Tensor mlm = masked_lm_loss(image_tokens, mask);
 
     torch::Tensor total =
         cfg_.loss.itc_weight * itc.loss + cfg_.loss.itm_weight * itm + cfg_.loss.mlm_weight * mlm;
@@ -176,15 +171,18 @@ class StepBench {
     torch::manual_seed(
         data::hash_key({static_cast<uint64_t>(cfg_.train.seed), static_cast<uint64_t>(step_ - 1),
                         static_cast<uint64_t>(comm_.rank()), 0}));
-    const torch::Tensor mask = batch.attention_mask;
-    const auto tokens = model_->encode_image(images);
-    const auto at_masked = model_->fuse_at(model_->encode_text(masking_.input_ids, mask), mask,
-                                           tokens, masking_.positions);
     return mlm_before_ -
-           loss::mlm_loss(model_->mlm_logits(at_masked), masking_.targets).item<double>();
+           masked_lm_loss(model_->encode_image(images), batch.attention_mask).item<double>();
   }
 
  private:
+  // L_MLM of the current weights on masking_, at its masked positions only.
+  torch::Tensor masked_lm_loss(const torch::Tensor& image_tokens, const torch::Tensor& mask) {
+    const auto at_masked = model_->fuse_at(model_->encode_text(masking_.input_ids, mask), mask,
+                                           image_tokens, masking_.positions);
+    return loss::mlm_loss(model_->mlm_logits(at_masked), masking_.targets);
+  }
+
   void sum_rows(torch::Tensor& t) {
     t = t.contiguous();
     comm_.allreduce(t.data_ptr<float>(), static_cast<size_t>(t.numel()), MPI_SUM);
@@ -214,6 +212,34 @@ T median_of(std::vector<T> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
+
+// CPU seconds of this process (all its threads): unlike wall time, unaffected by other jobs
+// sharing the cores, so it compares implementations on a busy machine.
+double cpu_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Per measured call: wall and CPU seconds, and, where gemm_flops.c is preloaded, BLAS FLOPs and
+// nanoseconds inside BLAS.
+struct Series {
+  std::vector<double> wall, cpu;
+  std::vector<unsigned long long> flops, blas_ns;
+
+  template <typename F>
+  auto measure(BlasCounter count_flops, BlasCounter count_ns, F&& call) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = cpu_now();
+    const unsigned long long f0 = count_flops ? count_flops() : 0, n0 = count_ns ? count_ns() : 0;
+    auto result = call();
+    cpu.push_back(cpu_now() - c0);
+    wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (count_flops) flops.push_back(count_flops() - f0);
+    if (count_ns) blas_ns.push_back(count_ns() - n0);
+    return result;
+  }
+};
 
 int run(Comm& comm, int argc, char** argv) {
   std::string config_path, data_dir;
@@ -249,52 +275,28 @@ int run(Comm& comm, int argc, char** argv) {
 
   StepBench bench(comm, cfg, warmup + steps);
   for (int64_t s = 0; s < warmup; ++s) bench.step(images, batch);
-  // CPU seconds of this process (all its threads): unlike wall time, unaffected by other jobs
-  // sharing the cores, so it compares implementations on a busy machine.
-  auto cpu_now = [] {
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-  };
   const BlasCounter flops = preloaded_counter("fnvlp_gemm_flops");
   const BlasCounter blas_ns = preloaded_counter("fnvlp_gemm_ns");
-  auto since = [](std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  std::vector<double> times, cpu, reward_times, reward_cpu, rewards;
-  std::vector<unsigned long long> step_flops, reward_flops, step_blas_ns, reward_blas_ns;
+  Series step, reward;
+  std::vector<double> rewards;
   double last = 0;
   for (int64_t s = 0; s < steps; ++s) {
     comm.barrier();
-    auto t0 = std::chrono::steady_clock::now();
-    double c0 = cpu_now();
-    unsigned long long f0 = flops ? flops() : 0, n0 = blas_ns ? blas_ns() : 0;
-    last = bench.step(images, batch);
-    cpu.push_back(cpu_now() - c0);
-    times.push_back(since(t0));
-    if (flops) step_flops.push_back(flops() - f0);
-    if (blas_ns) step_blas_ns.push_back(blas_ns() - n0);
+    last = step.measure(flops, blas_ns, [&] { return bench.step(images, batch); });
     if (!falcon_reward) continue;
     comm.barrier();
-    t0 = std::chrono::steady_clock::now();
-    c0 = cpu_now();
-    f0 = flops ? flops() : 0;
-    n0 = blas_ns ? blas_ns() : 0;
-    rewards.push_back(bench.reward_pass(images, batch));
-    reward_cpu.push_back(cpu_now() - c0);
-    reward_times.push_back(since(t0));
-    if (flops) reward_flops.push_back(flops() - f0);
-    if (blas_ns) reward_blas_ns.push_back(blas_ns() - n0);
+    rewards.push_back(
+        reward.measure(flops, blas_ns, [&] { return bench.reward_pass(images, batch); }));
   }
   // A step of the job lasts as long as its slowest rank.
-  comm.allreduce(times.data(), times.size(), MPI_MAX);
-  comm.allreduce(cpu.data(), cpu.size(), MPI_MAX);
+  comm.allreduce(step.wall.data(), step.wall.size(), MPI_MAX);
+  comm.allreduce(step.cpu.data(), step.cpu.size(), MPI_MAX);
   if (falcon_reward) {
-    comm.allreduce(reward_times.data(), reward_times.size(), MPI_MAX);
-    comm.allreduce(reward_cpu.data(), reward_cpu.size(), MPI_MAX);
+    comm.allreduce(reward.wall.data(), reward.wall.size(), MPI_MAX);
+    comm.allreduce(reward.cpu.data(), reward.cpu.size(), MPI_MAX);
   }
-  const double mean = std::accumulate(times.begin(), times.end(), 0.0) / times.size();
-  const double cpu_mean = std::accumulate(cpu.begin(), cpu.end(), 0.0) / cpu.size();
+  const double mean = std::accumulate(step.wall.begin(), step.wall.end(), 0.0) / step.wall.size();
+  const double cpu_mean = std::accumulate(step.cpu.begin(), step.cpu.end(), 0.0) / step.cpu.size();
   if (comm.is_root()) {
     nlohmann::json out = {{"impl", "fnvlp"},
                           {"mode", "compute"},
@@ -306,19 +308,19 @@ int run(Comm& comm, int argc, char** argv) {
                           {"params", bench.parameters()},
                           {"steps", steps},
                           {"step_s_mean", mean},
-                          {"step_s_median", median_of(times)},
-                          {"step_s_min", *std::min_element(times.begin(), times.end())},
+                          {"step_s_median", median_of(step.wall)},
+                          {"step_s_min", *std::min_element(step.wall.begin(), step.wall.end())},
                           {"step_cpu_s_mean", cpu_mean},
                           {"samples_per_s", b * comm.size() / mean},
                           {"last_loss", last}};
     if (falcon_reward) {
       // Per step, the reward pass against the step it follows; the median of those ratios.
-      std::vector<double> ratio(times.size()), cpu_ratio(times.size());
-      for (size_t i = 0; i < times.size(); ++i) {
-        ratio[i] = reward_times[i] / times[i];
-        cpu_ratio[i] = reward_cpu[i] / cpu[i];
+      std::vector<double> ratio(step.wall.size()), cpu_ratio(step.wall.size());
+      for (size_t i = 0; i < step.wall.size(); ++i) {
+        ratio[i] = reward.wall[i] / step.wall[i];
+        cpu_ratio[i] = reward.cpu[i] / step.cpu[i];
       }
-      out["reward_s_median"] = median_of(reward_times);
+      out["reward_s_median"] = median_of(reward.wall);
       out["reward_over_step_median"] = median_of(ratio);
       out["reward_over_step_cpu_median"] = median_of(cpu_ratio);
       out["reward_mean"] = std::accumulate(rewards.begin(), rewards.end(), 0.0) / rewards.size();
@@ -329,18 +331,18 @@ int run(Comm& comm, int argc, char** argv) {
       auto sum = [](const std::vector<unsigned long long>& v) {
         return static_cast<double>(std::accumulate(v.begin(), v.end(), 0ULL));
       };
-      const double step_s = std::accumulate(times.begin(), times.end(), 0.0);
-      out["step_gemm_gflop_median"] = 1e-9 * static_cast<double>(median_of(step_flops));
-      out["step_blas_time_share"] = 1e-9 * sum(step_blas_ns) / step_s;
+      const double step_s = std::accumulate(step.wall.begin(), step.wall.end(), 0.0);
+      out["step_gemm_gflop_median"] = 1e-9 * static_cast<double>(median_of(step.flops));
+      out["step_blas_time_share"] = 1e-9 * sum(step.blas_ns) / step_s;
       if (falcon_reward) {
-        out["reward_gemm_gflop_median"] = 1e-9 * static_cast<double>(median_of(reward_flops));
-        out["reward_over_step_gemm_flops"] = sum(reward_flops) / sum(step_flops);
+        out["reward_gemm_gflop_median"] = 1e-9 * static_cast<double>(median_of(reward.flops));
+        out["reward_over_step_gemm_flops"] = sum(reward.flops) / sum(step.flops);
         // The reward pass's time inside BLAS alone, against the whole step: the overhead left if
         // everything else of the reward pass cost nothing.
-        out["reward_blas_over_step"] = 1e-9 * sum(reward_blas_ns) / step_s;
+        out["reward_blas_over_step"] = 1e-9 * sum(reward.blas_ns) / step_s;
         out["reward_blas_time_share"] =
-            1e-9 * sum(reward_blas_ns) /
-            std::accumulate(reward_times.begin(), reward_times.end(), 0.0);
+            1e-9 * sum(reward.blas_ns) /
+            std::accumulate(reward.wall.begin(), reward.wall.end(), 0.0);
       }
     }
     std::cout << out.dump() << std::endl;
