@@ -131,15 +131,15 @@ class StepBench {
         itc.sim_t2i.index({torch::indexing::Slice(), local}), batch.image_id, {}, {},
         loss::parse_itm_negative_mode(cfg_.loss.itm_negatives), itm_gen);
     const loss::ItmPairs pairs = loss::itm_pairs(negatives);
-    const torch::Tensor fused = model_->fuse_cls(text_hidden.index_select(0, pairs.text_index),
-                                                 mask.index_select(0, pairs.text_index),
-                                                 image_tokens.index_select(0, pairs.image_index));
+    const std::vector<torch::Tensor> image_keys = model_->image_keys(image_tokens);
+    const torch::Tensor fused =
+        model_->fuse_cls(text_hidden, mask, image_keys, {pairs.text_index, pairs.image_index});
     const torch::Tensor itm = loss::itm_loss(model_->itm_logits(fused), pairs.labels);
 
     auto mlm_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 3);
     masking_ = loss::mask_tokens(ids, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size,
                                  kMaskId, {kPadId, kClsId, kSepId}, mlm_gen);
-    const torch::Tensor mlm = masked_lm_loss(image_tokens, mask);
+    const torch::Tensor mlm = masked_lm_loss(image_keys, mask);
 
     torch::Tensor total =
         cfg_.loss.itc_weight * itc.loss + cfg_.loss.itm_weight * itm + cfg_.loss.mlm_weight * mlm;
@@ -159,7 +159,7 @@ class StepBench {
     if (!finite) return total_value;
     total.backward();
     grads_->allreduce_mean(comm_);
-    if (cfg_.optim.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params_, cfg_.optim.grad_clip);
+    if (cfg_.optim.grad_clip > 0) grads_->clip_norm(cfg_.optim.grad_clip);
     train::fused_adamw_step(*optimizer_);
     return total_value;
   }
@@ -172,14 +172,16 @@ class StepBench {
         data::hash_key({static_cast<uint64_t>(cfg_.train.seed), static_cast<uint64_t>(step_ - 1),
                         static_cast<uint64_t>(comm_.rank()), 0}));
     return mlm_before_ -
-           masked_lm_loss(model_->encode_image(images), batch.attention_mask).item<double>();
+           masked_lm_loss(model_->image_keys(model_->encode_image(images)), batch.attention_mask)
+               .item<double>();
   }
 
  private:
   // L_MLM of the current weights on masking_, at its masked positions only.
-  torch::Tensor masked_lm_loss(const torch::Tensor& image_tokens, const torch::Tensor& mask) {
+  torch::Tensor masked_lm_loss(const std::vector<torch::Tensor>& image_keys,
+                               const torch::Tensor& mask) {
     const auto at_masked = model_->fuse_at(model_->encode_text(masking_.input_ids, mask), mask,
-                                           image_tokens, masking_.positions);
+                                           image_keys, {}, masking_.positions);
     return loss::mlm_loss(model_->mlm_logits(at_masked), masking_.targets);
   }
 

@@ -95,3 +95,31 @@ TEST(GradSync, FlatGradientsAverageInPlaceLikeTheBuckets) {
   EXPECT_TRUE(torch::equal(lin->bias.grad(), torch::zeros({5})));
   EXPECT_EQ(lin->weight.grad().data_ptr(), grads.buffer().data_ptr());
 }
+
+// clip_norm over the buffer is libtorch's clip_grad_norm_ over the parameters: the same global
+// norm returned, the same scaled gradients above the limit, nothing changed below it.
+TEST(GradSync, FlatGradientsClipLikeClipGradNorm) {
+  torch::manual_seed(8);
+  torch::nn::Linear lin(6, 5), ref(6, 5);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < lin->parameters().size(); ++i)
+      ref->parameters()[i].copy_(lin->parameters()[i]);
+  }
+  fnvlp::train::FlatGradients grads(lin->parameters());
+  const auto x = torch::randn({4, 6}) * 3.0;
+  for (double max_norm : {0.5, 1e6}) {
+    grads.zero();
+    for (auto& p : ref->parameters()) p.mutable_grad() = torch::Tensor();
+    lin->forward(x).pow(2).sum().backward();
+    ref->forward(x).pow(2).sum().backward();
+    const double want = torch::nn::utils::clip_grad_norm_(ref->parameters(), max_norm);
+    const double got = grads.clip_norm(max_norm);
+    EXPECT_NEAR(got, want, 1e-5 * want) << "max_norm " << max_norm;
+    EXPECT_GT(want, 0.5);  // the first case clips
+    for (size_t i = 0; i < ref->parameters().size(); ++i)
+      EXPECT_TRUE(
+          torch::allclose(lin->parameters()[i].grad(), ref->parameters()[i].grad(), 1e-5, 1e-6))
+          << "parameter " << i << ", max_norm " << max_norm;
+  }
+}

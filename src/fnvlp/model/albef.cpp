@@ -62,12 +62,14 @@ torch::Tensor self_attention(const torch::Tensor& qkv, const torch::Tensor& addi
   return merge_heads(attention(t[0], t[1], t[2], additive_mask, p, training));
 }
 
-torch::Tensor cross_attention(const torch::Tensor& q, const torch::Tensor& kv, int64_t heads,
-                              double p, bool training) {
+// Query row b reads kv row kv_index[b] (or b where kv_index is undefined).
+torch::Tensor cross_attention(const torch::Tensor& q, const torch::Tensor& kv,
+                              const torch::Tensor& kv_index, int64_t heads, double p,
+                              bool training) {
   if (fused_attention_applies(q) && fused_attention_applies(kv) && !(p > 0.0 && training))
-    return fused_cross_attention(q, kv, heads);
+    return fused_cross_attention(q, kv, heads, {}, kv_index);
   const auto qh = split_heads(q, 1, heads)[0];
-  const auto t = split_heads(kv, 2, heads);
+  const auto t = split_heads(kv_index.defined() ? kv.index_select(0, kv_index) : kv, 2, heads);
   return merge_heads(attention(qh, t[0], t[1], {}, p, training));
 }
 
@@ -87,6 +89,40 @@ void trunc_normal_(torch::Tensor t, double std, at::Generator& gen) {
     flat.index_put_({out}, torch::empty({out.numel()}, t.options()).normal_(0.0, std, gen));
   }
 }
+
+// The MLM decoder tied to the word embeddings E [V, w]: logits = h E^T + b.
+// Its weight gradient dE = g^T h is a dense [V, w] matrix (15.6 MB at BERT's vocabulary and w =
+// 128). Returned to autograd, it is written to fresh memory and then added to E's gradient (and,
+// in libtorch 1.13, copied once more when the embedding's sparse row gradients meet it). Where E
+// already has a dense gradient (the trainer's flat buffer) the backward adds g^T h into it in the
+// GEMM itself (beta = 1) and returns no gradient for E: the "gradient accumulation fusion" of
+// Megatron-LM. The sum E.grad receives is the same; only a torch::autograd::grad() taken with
+// respect to E itself would miss this term, and nothing here takes one.
+struct TiedDecoderFn : public torch::autograd::Function<TiedDecoderFn> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& h,
+                               const torch::Tensor& weight, const torch::Tensor& bias) {
+    ctx->save_for_backward({h, weight});
+    ctx->saved_data["weight"] = weight;  // the leaf itself, whose .grad() the backward may fill
+    return torch::addmm(bias, h, weight.t());
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &h = saved[0], &weight = saved[1];
+    const torch::Tensor g = grads[0].contiguous();
+    const torch::Tensor dh = g.mm(weight);
+    const torch::Tensor dbias = g.sum(0);
+    torch::Tensor leaf = ctx->saved_data["weight"].toTensor();
+    torch::Tensor& acc = leaf.mutable_grad();
+    if (!torch::GradMode::is_enabled() && acc.defined() && acc.layout() == torch::kStrided &&
+        acc.is_contiguous() && acc.scalar_type() == g.scalar_type() && acc.device() == g.device()) {
+      acc.addmm_(g.t(), h);
+      return {dh, torch::Tensor(), dbias};
+    }
+    return {dh, g.t().mm(h), dbias};
+  }
+};
 
 void check_tokens(const torch::Tensor& t, const char* what) {
   FNVLP_CHECK(t.defined() && t.dim() == 3, what << ": expected [B, N, width], got "
@@ -127,6 +163,19 @@ torch::Tensor VitBlockImpl::forward(const torch::Tensor& x) {
   return h + fc2_(torch::gelu(fc1_(norm2_(h))));
 }
 
+torch::Tensor patch_embedding(const torch::Tensor& images, const torch::Tensor& weight,
+                              const torch::Tensor& bias) {
+  const int64_t B = images.size(0), C = weight.size(0), p = weight.size(2);
+  FNVLP_CHECK(images.dim() == 4 && weight.dim() == 4 && weight.size(1) == images.size(1) &&
+                  weight.size(3) == p && images.size(2) % p == 0 && images.size(3) % p == 0,
+              "patch_embedding: images " << images.sizes() << ", kernel " << weight.sizes());
+  const int64_t c = images.size(1), gy = images.size(2) / p, gx = images.size(3) / p;
+  const auto patches = images.reshape({B, c, gy, p, gx, p})
+                           .permute({0, 2, 4, 1, 3, 5})
+                           .reshape({B, gy * gx, c * p * p});
+  return torch::linear(patches, weight.reshape({C, c * p * p}), bias);
+}
+
 VisionTransformerImpl::VisionTransformerImpl(const ModelConfig& cfg) : image_size_(cfg.image_size) {
   const int64_t w = cfg.vision_width;
   patch_embed_ = register_module(
@@ -151,7 +200,7 @@ torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {
       images.is_floating_point(),
       "encode_image: images must be float (see normalize_images), got " << images.scalar_type());
   const int64_t B = images.size(0);
-  auto x = patch_embed_(images).flatten(2).transpose(1, 2);  // [B, P, w], patches row-major
+  auto x = patch_embedding(images, patch_embed_->weight, patch_embed_->bias);  // [B, P, w]
   x = torch::cat({cls_token_.expand({B, -1, -1}), x}, 1) + pos_embed_;
   for (auto& block : blocks_) x = block(x);
   return norm_(x);
@@ -169,7 +218,15 @@ BertEmbeddingsImpl::BertEmbeddingsImpl(const ModelConfig& cfg) : dropout_(cfg.dr
 torch::Tensor BertEmbeddingsImpl::forward(const torch::Tensor& ids) {
   const int64_t L = ids.size(1);
   // Position and type rows broadcast over the batch: [L, w] + [w].
-  auto x = torch::embedding(word_, ids) + (position_.narrow(0, 0, L) + token_type_[0]);
+  // A batch touches a few hundred of the vocabulary's rows, yet the dense backward of an embedding
+  // zero-fills a whole [vocab, w] gradient and adds it to the weight's (15.6 MB per text pass at
+  // 30522 x 128, twice per step for ALBEF's two text passes). Once the weight has a dense gradient
+  // to add into (the trainer's flat buffer), a sparse one is added row by row instead; the sum is
+  // the same up to float rounding. Without one, the dense backward keeps optimizers that refuse
+  // sparse gradients working.
+  const bool sparse = word_.grad().defined() && word_.grad().layout() == torch::kStrided;
+  auto x = torch::embedding(word_, ids, /*padding_idx=*/-1, /*scale_grad_by_freq=*/false, sparse) +
+           (position_.narrow(0, 0, L) + token_type_[0]);
   return maybe_dropout(norm_(x), dropout_, is_training());
 }
 
@@ -196,13 +253,37 @@ BertLayerImpl::BertLayerImpl(int64_t width, int64_t heads, int64_t mlp_ratio, do
 
 torch::Tensor BertLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& additive_mask,
                                      const torch::Tensor& image_tokens) {
+  FNVLP_CHECK(!has_cross_attention() || image_tokens.defined(),
+              "fusion layer called without image tokens");
+  return forward_pairs(x, additive_mask,
+                       has_cross_attention() ? image_keys(image_tokens) : torch::Tensor(), {});
+}
+
+torch::Tensor BertLayerImpl::image_keys(const torch::Tensor& image_tokens) {
+  FNVLP_CHECK(has_cross_attention(), "image_keys: not a fusion layer");
+  return cross_kv_(image_tokens);
+}
+
+torch::Tensor BertLayerImpl::forward_pairs(const torch::Tensor& x,
+                                           const torch::Tensor& additive_mask,
+                                           const torch::Tensor& image_kv,
+                                           const FusionPairs& pairs) {
   const bool train = is_training();
-  auto ctx = self_attention(qkv_(x), additive_mask, heads_, dropout_, train);
-  auto h = attn_norm_(x + maybe_dropout(attn_out_(ctx), dropout_, train));
+  torch::Tensor xs = x, m = additive_mask;
+  FusionPairs p = pairs;
+  if (p.text_index.defined() && dropout_ > 0.0 && train) {
+    // Each pair draws its own dropout masks, as when the texts were gathered before the layer.
+    xs = x.index_select(0, p.text_index);
+    if (m.defined()) m = m.index_select(0, p.text_index);
+    p.text_index = torch::Tensor();
+  }
+  auto ctx = self_attention(qkv_(xs), m, heads_, dropout_, train);
+  auto h = attn_norm_(xs + maybe_dropout(attn_out_(ctx), dropout_, train));
+  if (p.text_index.defined()) h = h.index_select(0, p.text_index);
   if (has_cross_attention()) {
-    FNVLP_CHECK(image_tokens.defined(), "fusion layer called without image tokens");
+    FNVLP_CHECK(image_kv.defined(), "fusion layer called without image tokens");
     // Image tokens have no padding: no key mask.
-    ctx = cross_attention(cross_q_(h), cross_kv_(image_tokens), heads_, dropout_, train);
+    ctx = cross_attention(cross_q_(h), image_kv, p.image_index, heads_, dropout_, train);
     h = cross_norm_(h + maybe_dropout(cross_out_(ctx), dropout_, train));
   }
   return out_norm_(h + maybe_dropout(fc2_(torch::gelu(fc1_(h))), dropout_, train));
@@ -233,31 +314,63 @@ QuerySlots QuerySlots::of(const torch::Tensor& positions, int64_t B, int64_t L) 
   return q;
 }
 
-torch::Tensor BertLayerImpl::forward_at(const torch::Tensor& x, const torch::Tensor& additive_mask,
-                                        const torch::Tensor& image_tokens, const QuerySlots& qs) {
+namespace {
+
+// The M query rows [M, W] of `qs` as a [B, per_row, W] block for the attention kernels, and back.
+torch::Tensor to_block(const QuerySlots& qs, int64_t B, const torch::Tensor& t) {
+  const int64_t W = t.size(1);
+  if (qs.dense) return t.view({B, qs.per_row, W});
+  return torch::zeros({B * qs.per_row, W}, t.options())
+      .index_copy(0, qs.slots, t)
+      .view({B, qs.per_row, W});
+}
+
+torch::Tensor from_block(const QuerySlots& qs, const torch::Tensor& t) {
+  const auto flat = t.reshape({-1, t.size(2)});
+  return qs.dense ? flat : flat.index_select(0, qs.slots);
+}
+
+}  // namespace
+
+torch::Tensor BertLayerImpl::self_block_at(const torch::Tensor& x,
+                                           const torch::Tensor& additive_mask,
+                                           const QuerySlots& qs) {
   const int64_t B = x.size(0), W = x.size(2);
   const auto xq = x.reshape({-1, W}).index_select(0, qs.rows);  // [M, W]
-  // The M query rows as a [B, per_row, W] block for the attention kernel, and back.
-  auto to_block = [&](const torch::Tensor& t) {
-    if (qs.dense) return t.view({B, qs.per_row, W});
-    return torch::zeros({B * qs.per_row, W}, t.options())
-        .index_copy(0, qs.slots, t)
-        .view({B, qs.per_row, W});
-  };
-  auto from_block = [&](const torch::Tensor& t) {
-    const auto flat = t.reshape({-1, W});
-    return qs.dense ? flat : flat.index_select(0, qs.slots);
-  };
-  // Self-attention: queries of the M rows, keys and values of all L (the fused projection's
-  // q | k | v blocks, so the weights are the ones forward() uses).
+  // Queries of the M rows, keys and values of all L (the fused projection's q | k | v blocks, so
+  // the weights are the ones forward() uses).
   const auto q = torch::linear(xq, qkv_->weight.narrow(0, 0, W), qkv_->bias.narrow(0, 0, W));
   const auto kv =
       torch::linear(x, qkv_->weight.narrow(0, W, 2 * W), qkv_->bias.narrow(0, W, 2 * W));
-  auto ctx = from_block(fused_cross_attention(to_block(q), kv, heads_, additive_mask));
-  auto h = attn_norm_(xq + attn_out_(ctx));
+  const auto ctx =
+      from_block(qs, fused_cross_attention(to_block(qs, B, q), kv, heads_, additive_mask));
+  return attn_norm_(xq + attn_out_(ctx));
+}
+
+torch::Tensor BertLayerImpl::forward_at(const torch::Tensor& x, const torch::Tensor& additive_mask,
+                                        const torch::Tensor& image_kv, const FusionPairs& pairs,
+                                        const QuerySlots& qs) {
+  const int64_t L = x.size(1);
+  const int64_t P = pairs.text_index.defined() ? pairs.text_index.size(0) : x.size(0);
+  torch::Tensor h;  // the self-attention sublayer at the M query rows, [M, W]
+  if (!pairs.text_index.defined()) {
+    h = self_block_at(x, additive_mask, qs);
+  } else {
+    // Pair position p * L + l reads text position text_index[p] * L + l: run the sublayer once
+    // per distinct one (ITM's positive and negative-image pairs share their text's [CLS]).
+    const auto rows = qs.rows.to(torch::kCPU);
+    const auto text_pos =
+        pairs.text_index.to(torch::kCPU, torch::kLong).index_select(0, rows.div(L, "floor")) * L +
+        rows.remainder(L);
+    const auto [distinct, inverse] =
+        at::_unique(text_pos, /*sorted=*/true, /*return_inverse=*/true);
+    h = self_block_at(x, additive_mask, QuerySlots::of(distinct, x.size(0), L))
+            .index_select(0, inverse.to(x.device()));
+  }
   if (has_cross_attention()) {
-    FNVLP_CHECK(image_tokens.defined(), "fusion layer called without image tokens");
-    ctx = from_block(fused_cross_attention(to_block(cross_q_(h)), cross_kv_(image_tokens), heads_));
+    FNVLP_CHECK(image_kv.defined(), "fusion layer called without image tokens");
+    const auto ctx = from_block(qs, fused_cross_attention(to_block(qs, P, cross_q_(h)), image_kv,
+                                                          heads_, {}, pairs.image_index));
     h = cross_norm_(h + cross_out_(ctx));
   }
   return out_norm_(h + fc2_(torch::gelu(fc1_(h))));
@@ -346,22 +459,8 @@ torch::Tensor AlbefImpl::fuse(const torch::Tensor& text_hidden, const torch::Ten
 torch::Tensor AlbefImpl::fuse_at(const torch::Tensor& text_hidden, const torch::Tensor& mask,
                                  const torch::Tensor& image_tokens,
                                  const torch::Tensor& positions) {
-  const int64_t W = text_hidden.size(-1);
-  const bool fused_path = !fusion_layers_.empty() && fused_attention_applies(text_hidden) &&
-                          fused_attention_applies(image_tokens) &&
-                          !(cfg_.dropout > 0.0 && is_training());
-  if (!fused_path)
-    return fuse(text_hidden, mask, image_tokens)
-        .reshape({-1, W})
-        .index_select(0, positions.to(torch::kLong));
   check_fuse_inputs(text_hidden, mask, image_tokens);
-  const QuerySlots qs = QuerySlots::of(positions, text_hidden.size(0), text_hidden.size(1));
-  if (qs.rows.numel() == 0) return text_hidden.reshape({-1, W}).index_select(0, qs.rows);
-  auto x = text_hidden;
-  const auto m = additive_key_mask(mask, x.scalar_type());
-  const size_t last = fusion_layers_.size() - 1;
-  for (size_t i = 0; i < last; ++i) x = fusion_layers_[i](x, m, image_tokens);
-  return fusion_layers_[last]->forward_at(x, m, image_tokens, qs);
+  return fuse_at(text_hidden, mask, image_keys(image_tokens), {}, positions);
 }
 
 torch::Tensor AlbefImpl::fuse_cls(const torch::Tensor& text_hidden, const torch::Tensor& mask,
@@ -371,6 +470,82 @@ torch::Tensor AlbefImpl::fuse_cls(const torch::Tensor& text_hidden, const torch:
   return fuse_at(
       text_hidden, mask, image_tokens,
       torch::arange(0, B * L, L, torch::dtype(torch::kLong).device(text_hidden.device())));
+}
+
+std::vector<torch::Tensor> AlbefImpl::image_keys(const torch::Tensor& image_tokens) {
+  check_tokens(image_tokens, "image_keys: image_tokens");
+  std::vector<torch::Tensor> keys;
+  for (auto& layer : fusion_layers_) keys.push_back(layer->image_keys(image_tokens));
+  return keys;
+}
+
+torch::Tensor AlbefImpl::fuse_at(const torch::Tensor& text_hidden, const torch::Tensor& mask,
+                                 const std::vector<torch::Tensor>& keys, const FusionPairs& pairs,
+                                 const torch::Tensor& positions) {
+  check_tokens(text_hidden, "fuse_at: text_hidden");
+  const int64_t Bt = text_hidden.size(0), L = text_hidden.size(1), W = text_hidden.size(2);
+  FNVLP_CHECK(mask.dim() == 2 && mask.size(0) == Bt && mask.size(1) == L,
+              "fuse_at: mask " << mask.sizes() << " for text " << text_hidden.sizes());
+  FNVLP_CHECK(keys.size() == fusion_layers_.size(), "fuse_at: " << keys.size() << " image keys for "
+                                                                << fusion_layers_.size()
+                                                                << " fusion layers");
+  const int64_t Bi = keys.empty() ? Bt : keys[0].size(0);
+  auto check_index = [](const torch::Tensor& index, int64_t rows, const char* what) {
+    if (!index.defined()) return;
+    FNVLP_CHECK(index.dim() == 1 && (index.numel() == 0 || (index.min().item<int64_t>() >= 0 &&
+                                                            index.max().item<int64_t>() < rows)),
+                "fuse_at: " << what << " must be [P] in [0, " << rows << ")");
+  };
+  check_index(pairs.text_index, Bt, "text_index");
+  check_index(pairs.image_index, Bi, "image_index");
+  const int64_t P = pairs.text_index.defined()    ? pairs.text_index.size(0)
+                    : pairs.image_index.defined() ? pairs.image_index.size(0)
+                                                  : Bt;
+  FNVLP_CHECK((pairs.text_index.defined() || P == Bt) &&
+                  (pairs.image_index.defined() ? pairs.image_index.size(0) == P : Bi == P),
+              "fuse_at: " << P << " pairs of " << Bt << " texts and " << Bi << " images");
+  const bool fused_path = !fusion_layers_.empty() && fused_attention_applies(text_hidden) &&
+                          fused_attention_applies(keys[0]) &&
+                          !(cfg_.dropout > 0.0 && is_training());
+  const auto m = additive_key_mask(mask, text_hidden.scalar_type());
+  if (!fused_path) {
+    // The full pass over the pairs, read at the positions (the gathered keys and values are the
+    // projections of the gathered images: still exact).
+    auto x = text_hidden;
+    FusionPairs p = pairs;
+    auto pm = m;
+    for (size_t i = 0; i < fusion_layers_.size(); ++i) {
+      x = fusion_layers_[i]->forward_pairs(x, pm, keys[i], p);
+      if (p.text_index.defined()) pm = pm.index_select(0, p.text_index);
+      p.text_index = torch::Tensor();
+    }
+    return x.reshape({-1, W}).index_select(0, positions.to(torch::kLong));
+  }
+  const QuerySlots qs = QuerySlots::of(positions, P, L);
+  if (qs.rows.numel() == 0) return text_hidden.reshape({-1, W}).index_select(0, qs.rows);
+  auto x = text_hidden;
+  auto pm = m;
+  FusionPairs p = pairs;
+  const size_t last = fusion_layers_.size() - 1;
+  for (size_t i = 0; i < last; ++i) {
+    x = fusion_layers_[i]->forward_pairs(x, pm, keys[i], p);
+    if (p.text_index.defined()) pm = pm.index_select(0, p.text_index);
+    p.text_index = torch::Tensor();  // from the second layer on, x holds one row per pair
+  }
+  return fusion_layers_[last]->forward_at(x, pm, keys[last], p, qs);
+}
+
+torch::Tensor AlbefImpl::fuse_cls(const torch::Tensor& text_hidden, const torch::Tensor& mask,
+                                  const std::vector<torch::Tensor>& keys,
+                                  const FusionPairs& pairs) {
+  check_tokens(text_hidden, "fuse_cls: text_hidden");
+  const int64_t L = text_hidden.size(1);
+  const int64_t P = pairs.text_index.defined()    ? pairs.text_index.size(0)
+                    : pairs.image_index.defined() ? pairs.image_index.size(0)
+                                                  : text_hidden.size(0);
+  return fuse_at(
+      text_hidden, mask, keys, pairs,
+      torch::arange(0, P * L, L, torch::dtype(torch::kLong).device(text_hidden.device())));
 }
 
 torch::Tensor AlbefImpl::image_embed(const torch::Tensor& image_tokens) {
@@ -410,6 +585,8 @@ torch::Tensor AlbefImpl::mlm_logits(const torch::Tensor& masked_hidden) {
       masked_hidden.dim() >= 1 && masked_hidden.size(-1) == cfg_.text_width,
       "mlm_logits: expected [..., " << cfg_.text_width << "], got " << masked_hidden.sizes());
   const auto h = mlm_norm_(torch::gelu(mlm_dense_(masked_hidden)));
+  if (h.dim() == 2 && mlm_decoder_weight().requires_grad() && torch::GradMode::is_enabled())
+    return TiedDecoderFn::apply(h, mlm_decoder_weight(), mlm_bias_);
   return torch::linear(h, mlm_decoder_weight(), mlm_bias_);
 }
 

@@ -46,6 +46,14 @@ class VitBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(VitBlock);
 
+// conv2d(images, weight, bias, stride = p) for weight [C, 3, p, p], flattened to [B, P, C] with
+// the patches row-major: the ViT's patch embedding, computed as the GEMM it is (each patch
+// flattened in the kernel's (channel, y, x) order times the kernel as a [C, 3 p^2] matrix).
+// libtorch 1.13 sends the convolution to oneDNN, whose forward and backward took 2.8x the time of
+// this at the tiny ViT's shape (4.3 against 1.5 ms per batch of 32). H and W multiples of p.
+torch::Tensor patch_embedding(const torch::Tensor& images, const torch::Tensor& weight,
+                              const torch::Tensor& bias);
+
 // ViT: Conv2d patch embedding (kernel = stride = patch), [CLS] + learned positions, pre-norm
 // blocks, final LayerNorm. Output [B, 1 + P, width] with [CLS] first.
 class VisionTransformerImpl : public torch::nn::Module {
@@ -57,7 +65,7 @@ class VisionTransformerImpl : public torch::nn::Module {
 
  private:
   int64_t image_size_;
-  torch::nn::Conv2d patch_embed_{nullptr};
+  torch::nn::Conv2d patch_embed_{nullptr};  // its parameters, applied by patch_embedding()
   torch::Tensor cls_token_, pos_embed_;
   torch::nn::ModuleList blocks_list_;
   std::vector<VitBlock> blocks_;
@@ -92,6 +100,16 @@ struct QuerySlots {
   static QuerySlots of(const torch::Tensor& positions, int64_t B, int64_t L);
 };
 
+// Text-image pairs for the fusion encoder: pair p fuses text row text_index[p] with image row
+// image_index[p] (int64 [P]); an undefined index is the identity (pair p is row p). ITM fuses each
+// text with its own image and with a hard negative image, and each image with a negative text:
+// passing the distinct texts and images once, with these indices, lets the fusion compute what
+// depends on one side alone (a text's self-attention in the first fusion layer, an image's
+// cross-attention keys and values in every layer) once per distinct row instead of once per pair.
+struct FusionPairs {
+  torch::Tensor text_index, image_index;
+};
+
 // One BERT post-norm layer (ALBEF models/xbert.py BertLayer). With cross_width > 0 it is a fusion
 // layer and adds cross-attention between self-attention and the FFN:
 //   a = LN1(x + Drop(O1 MHA(x, x; text mask)))
@@ -104,15 +122,29 @@ class BertLayerImpl : public torch::nn::Module {
   // additive_mask: [B,1,1,L] (0 for tokens, large negative for padding) or undefined.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& additive_mask,
                         const torch::Tensor& image_tokens = {});
-  // The same layer's output at a subset of query positions only, [M, width] (see QuerySlots):
-  // keys and values still come from every position of x, but the query projection, the
-  // attention rows, both output projections, the cross-attention and the FFN run for M rows.
-  // Fused CPU attention only, no dropout in training (AlbefImpl::fuse_at checks).
+  // Fusion layers: the cross-attention keys and values of image tokens [B, N, 2 * width], a
+  // per-row projection, so that one image's serve every pair it is in.
+  torch::Tensor image_keys(const torch::Tensor& image_tokens);
+  // forward over pairs: x [Bt, L, width] texts with additive_mask over its rows, image_kv from
+  // image_keys, -> [P, L, width]. Without dropout in training the self-attention sublayer runs
+  // once per text row and is then gathered for its pairs (it reads no image).
+  torch::Tensor forward_pairs(const torch::Tensor& x, const torch::Tensor& additive_mask,
+                              const torch::Tensor& image_kv, const FusionPairs& pairs);
+  // forward_pairs' output at a subset of the pairs' positions only, [M, width] (QuerySlots over
+  // [P, L]): keys and values still come from every position of x, but the query projection, the
+  // attention rows, both output projections, the cross-attention and the FFN run for M rows (and
+  // the self-attention sublayer once per distinct text position among them). Fused CPU attention
+  // only, no dropout in training (AlbefImpl::fuse_at checks).
   torch::Tensor forward_at(const torch::Tensor& x, const torch::Tensor& additive_mask,
-                           const torch::Tensor& image_tokens, const QuerySlots& q);
+                           const torch::Tensor& image_kv, const FusionPairs& pairs,
+                           const QuerySlots& q);
   bool has_cross_attention() const { return !cross_q_.is_empty(); }
 
  private:
+  // LN1(x + O1 MHA(x, x; mask)) at the rows of q only, [M, width].
+  torch::Tensor self_block_at(const torch::Tensor& x, const torch::Tensor& additive_mask,
+                              const QuerySlots& q);
+
   int64_t heads_;
   double dropout_;
   Dense qkv_{nullptr}, attn_out_{nullptr};
@@ -148,6 +180,20 @@ class AlbefImpl : public torch::nn::Module {
   // fuse(...)[:, 0] -> [B, text_width], computed as fuse_at at the [CLS] of every row.
   torch::Tensor fuse_cls(const torch::Tensor& text_hidden, const torch::Tensor& mask,
                          const torch::Tensor& image_tokens);
+  // Per fusion layer, the cross-attention keys and values of image_tokens [B, N, vision_width]
+  // (BertLayerImpl::image_keys): what every fusion with these images reads, computed once.
+  std::vector<torch::Tensor> image_keys(const torch::Tensor& image_tokens);
+  // The same over pairs: text_hidden [Bt, L, w] and mask [Bt, L] hold the distinct texts, keys
+  // (image_keys) the distinct images, `pairs` which text meets which image. Equal up to float
+  // rounding to fuse_at(text_hidden[text_index], mask[text_index], image_tokens[image_index],
+  // positions) with positions flat into [P, L], without computing per pair what depends on one
+  // side alone. ITM's positive and negative pairs and MLM share one image_keys.
+  torch::Tensor fuse_at(const torch::Tensor& text_hidden, const torch::Tensor& mask,
+                        const std::vector<torch::Tensor>& keys, const FusionPairs& pairs,
+                        const torch::Tensor& positions);
+  // fuse_at over pairs at the [CLS] of every pair -> [P, text_width].
+  torch::Tensor fuse_cls(const torch::Tensor& text_hidden, const torch::Tensor& mask,
+                         const std::vector<torch::Tensor>& keys, const FusionPairs& pairs);
   // L2-normalised projections of [CLS] (token 0) -> [B, embed_dim].
   torch::Tensor image_embed(const torch::Tensor& image_tokens);
   torch::Tensor text_embed(const torch::Tensor& text_hidden);

@@ -94,7 +94,10 @@ using Output = Block<float>;
 struct Dims {
   int64_t B, Lq, Lk, H, d;
   float scale;
+  // Row of the keys, values and key mask that query row b attends to: kv_index[b], or b itself.
+  const int64_t* kv_index = nullptr;
   int64_t head_block() const { return Lq * Lk; }  // one (b, h) score matrix
+  int64_t kv_row(int64_t b) const { return kv_index ? kv_index[b] : b; }
 };
 
 int blas_int(int64_t v) {
@@ -118,30 +121,33 @@ void attention_forward(const Dims& s, Operand q, Operand k, Operand v, const flo
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Lq, Lk, d, s.scale, q.at(b, h * s.d),
-                  blas_int(q.sl), k.at(b, h * s.d), blas_int(k.sl), 0.0f,
+                  blas_int(q.sl), k.at(s.kv_row(b), h * s.d), blas_int(k.sl), 0.0f,
                   probs + (b * s.H + h) * s.head_block(), Lk);
   for_rows(s, [&](int64_t bh) {
     softmax_rows(probs + bh * s.head_block(), s.Lq, s.Lk,
-                 mask ? mask + (bh / s.H) * s.Lk : nullptr);
+                 mask ? mask + s.kv_row(bh / s.H) * s.Lk : nullptr);
   });
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Lq, d, Lk, 1.0f,
-                  probs + (b * s.H + h) * s.head_block(), Lk, v.at(b, h * s.d), blas_int(v.sl),
-                  0.0f, out.at(b, h * s.d), blas_int(out.sl));
+                  probs + (b * s.H + h) * s.head_block(), Lk, v.at(s.kv_row(b), h * s.d),
+                  blas_int(v.sl), 0.0f, out.at(b, h * s.d), blas_int(out.sl));
 }
 
 // Given dO, with S = scale Q K^T + M and P = softmax(S):
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dP * P)),
 //   dQ = scale dS K,  dK = scale dS^T Q.
-// Every output block is written whole (beta = 0), so dq/dk/dv need no zeroing.
+// Every dq block is written whole (beta = 0). So are dk and dv without kv_index; with it, rows
+// shared by several queries sum their contributions (beta = 1, in query order, so the result is
+// deterministic): dk and dv must then start at zero.
 void attention_backward(const Dims& s, Operand q, Operand k, Operand v, const float* probs,
                         Operand dout, float* scratch, Output dq, Output dk, Output dv) {
   const int Lq = blas_int(s.Lq), Lk = blas_int(s.Lk), d = blas_int(s.d);
+  const float kv_beta = s.kv_index ? 1.0f : 0.0f;
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Lq, Lk, d, 1.0f, dout.at(b, h * s.d),
-                  blas_int(dout.sl), v.at(b, h * s.d), blas_int(v.sl), 0.0f,
+                  blas_int(dout.sl), v.at(s.kv_row(b), h * s.d), blas_int(v.sl), 0.0f,
                   scratch + (b * s.H + h) * s.head_block(), Lk);
   for_rows(s, [&](int64_t bh) {
     softmax_backward_rows(probs + bh * s.head_block(), scratch + bh * s.head_block(), s.Lq, s.Lk);
@@ -150,13 +156,13 @@ void attention_backward(const Dims& s, Operand q, Operand k, Operand v, const fl
     for (int64_t h = 0; h < s.H; ++h) {
       const float* p = probs + (b * s.H + h) * s.head_block();
       const float* ds = scratch + (b * s.H + h) * s.head_block();
-      const int64_t c = h * s.d;
+      const int64_t c = h * s.d, kb = s.kv_row(b);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Lk, d, Lq, 1.0f, p, Lk, dout.at(b, c),
-                  blas_int(dout.sl), 0.0f, dv.at(b, c), blas_int(dv.sl));
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Lq, d, Lk, s.scale, ds, Lk, k.at(b, c),
-                  blas_int(k.sl), 0.0f, dq.at(b, c), blas_int(dq.sl));
+                  blas_int(dout.sl), kv_beta, dv.at(kb, c), blas_int(dv.sl));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Lq, d, Lk, s.scale, ds, Lk,
+                  k.at(kb, c), blas_int(k.sl), 0.0f, dq.at(b, c), blas_int(dq.sl));
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Lk, d, Lq, s.scale, ds, Lk, q.at(b, c),
-                  blas_int(q.sl), 0.0f, dk.at(b, c), blas_int(dk.sl));
+                  blas_int(q.sl), kv_beta, dk.at(kb, c), blas_int(dk.sl));
     }
 }
 
@@ -219,40 +225,45 @@ struct SelfAttentionFn : public torch::autograd::Function<SelfAttentionFn> {
   }
 };
 
+// kv_index: empty (query row b reads kv row b) or int64 [B] (row kv_index[b]); the mask, if any,
+// covers kv's rows.
 struct CrossAttentionFn : public torch::autograd::Function<CrossAttentionFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in,
                                const torch::Tensor& kv_in, const torch::Tensor& mask,
-                               int64_t heads) {
+                               const torch::Tensor& kv_index, int64_t heads) {
     const torch::Tensor q = rows_view(q_in), kv = rows_view(kv_in);
     const int64_t B = q.size(0), Lq = q.size(1), Lk = kv.size(1), W = q.size(2);
-    const Dims s = dims(B, Lq, Lk, W, heads);
+    Dims s = dims(B, Lq, Lk, W, heads);
+    if (kv_index.numel() > 0) s.kv_index = kv_index.data_ptr<int64_t>();
     const Operand kvo = operand(kv);
     torch::Tensor probs = torch::empty({B, heads, Lq, Lk}, q.options());
     torch::Tensor out = torch::empty({B, Lq, W}, q.options());
-    const torch::Tensor m = flat_mask(mask, B, Lk);
+    const torch::Tensor m = flat_mask(mask, kv.size(0), Lk);
     attention_forward(s, operand(q), kvo, kvo.from_col(W),
                       m.defined() ? m.data_ptr<float>() : nullptr, probs.data_ptr<float>(),
                       output(out));
-    ctx->save_for_backward({q, kv, probs});
+    ctx->save_for_backward({q, kv, probs, kv_index});
     ctx->saved_data["heads"] = heads;
     return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &q = saved[0], &kv = saved[1], &probs = saved[2];
+    const torch::Tensor &q = saved[0], &kv = saved[1], &probs = saved[2], &kv_index = saved[3];
     const int64_t heads = ctx->saved_data["heads"].toInt();
     const int64_t B = q.size(0), Lq = q.size(1), Lk = kv.size(1), W = q.size(2);
-    const Dims s = dims(B, Lq, Lk, W, heads);
+    Dims s = dims(B, Lq, Lk, W, heads);
+    if (kv_index.numel() > 0) s.kv_index = kv_index.data_ptr<int64_t>();
     const torch::Tensor dout = rows_view(grads[0]);
     torch::Tensor dq = torch::empty({B, Lq, W}, q.options());
-    torch::Tensor dkv = torch::empty({B, Lk, 2 * W}, kv.options());
+    torch::Tensor dkv = s.kv_index ? torch::zeros({kv.size(0), Lk, 2 * W}, kv.options())
+                                   : torch::empty({kv.size(0), Lk, 2 * W}, kv.options());
     torch::Tensor scratch = torch::empty_like(probs);
     const Operand kvo = operand(kv);
     Output g = output(dkv);
     attention_backward(s, operand(q), kvo, kvo.from_col(W), probs.data_ptr<float>(), operand(dout),
                        scratch.data_ptr<float>(), output(dq), g, g.from_col(W));
-    return {dq, dkv, torch::Tensor(), torch::Tensor()};
+    return {dq, dkv, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -278,13 +289,28 @@ torch::Tensor fused_self_attention(const torch::Tensor& qkv, const torch::Tensor
 }
 
 torch::Tensor fused_cross_attention(const torch::Tensor& q, const torch::Tensor& kv, int64_t heads,
-                                    const torch::Tensor& additive_mask) {
+                                    const torch::Tensor& additive_mask,
+                                    const torch::Tensor& kv_index) {
   check_input(q, 1, "fused_cross_attention");
   check_input(kv, 2, "fused_cross_attention");
-  FNVLP_CHECK(kv.size(0) == q.size(0) && kv.size(2) == 2 * q.size(2),
+  torch::Tensor index = torch::empty({0}, torch::kLong);
+  if (kv_index.defined()) {
+    index = kv_index.to(torch::kCPU, torch::kLong).contiguous();
+    FNVLP_CHECK(index.dim() == 1 && index.size(0) == q.size(0), "fused_cross_attention: kv_index "
+                                                                    << index.sizes() << " for "
+                                                                    << q.size(0) << " query rows");
+    if (index.numel() > 0) {
+      const int64_t lo = index.min().item<int64_t>(), hi = index.max().item<int64_t>();
+      FNVLP_CHECK(lo >= 0 && hi < kv.size(0), "fused_cross_attention: kv_index ["
+                                                  << lo << ", " << hi << "] outside [0, "
+                                                  << kv.size(0) << ")");
+    }
+  }
+  FNVLP_CHECK((kv_index.defined() || kv.size(0) == q.size(0)) && kv.size(2) == 2 * q.size(2),
               "fused_cross_attention: q " << q.sizes() << " and kv " << kv.sizes() << " disagree");
   return CrossAttentionFn::apply(
-      q, kv, additive_mask.defined() ? additive_mask : torch::empty({0}, q.options()), heads);
+      q, kv, additive_mask.defined() ? additive_mask : torch::empty({0}, q.options()), index,
+      heads);
 }
 
 }  // namespace fnvlp::model

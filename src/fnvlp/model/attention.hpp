@@ -25,11 +25,15 @@ bool fused_attention_applies(const torch::Tensor& t);
 torch::Tensor fused_self_attention(const torch::Tensor& qkv, const torch::Tensor& additive_mask,
                                    int64_t heads);
 
-// Attention with separate queries q [B, Lq, width] and keys and values kv [B, Lk, 2 * width] laid
+// Attention with separate queries q [B, Lq, width] and keys and values kv [Bk, Lk, 2 * width] laid
 // out k | v: xbert's cross-attention on image tokens (no padding, no mask), and self-attention
 // evaluated at a subset of the query positions (additive_mask over the Lk text keys, as above).
+// Query row b attends to kv row kv_index[b] (int64 [B] in [0, Bk)), or to row b where kv_index is
+// undefined (then Bk = B): the keys and values of one image, projected once, serve every text it is
+// paired with (ITM's negatives), and their gradients sum there. additive_mask covers kv's rows.
 // Returns [B, Lq, width]. Differentiable in q and kv.
 torch::Tensor fused_cross_attention(const torch::Tensor& q, const torch::Tensor& kv, int64_t heads,
-                                    const torch::Tensor& additive_mask = {});
+                                    const torch::Tensor& additive_mask = {},
+                                    const torch::Tensor& kv_index = {});
 
 }  // namespace fnvlp::model

@@ -88,6 +88,15 @@ void FlatGradients::zero() {
   flat_.zero_();
 }
 
+double FlatGradients::clip_norm(double max_norm) {
+  rebind_replaced();
+  torch::NoGradGuard no_grad;
+  const double norm = flat_.norm().item<double>();
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0) flat_.mul_(coef);
+  return norm;
+}
+
 void FlatGradients::rebind_replaced() {
   torch::NoGradGuard no_grad;
   const float* base = flat_.data_ptr<float>();

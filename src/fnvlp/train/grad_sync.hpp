@@ -38,6 +38,11 @@ class FlatGradients {
   // `chunk_elems` floats each (MPI counts are int). Deterministic for a fixed rank count, like
   // allreduce_gradients. Returns the number of allreduce calls (0 on one rank).
   int allreduce_mean(const Comm& comm, size_t chunk_elems = size_t(1) << 28);
+  // torch::nn::utils::clip_grad_norm_ over every gradient as one pass over the buffer: scales
+  // them in place by max_norm / (norm + 1e-6) where that is below 1, with `norm` their global L2
+  // norm, which it returns (the norm before clipping). libtorch's takes one norm per parameter
+  // (93 tensors for `tiny`) and a scale per parameter.
+  double clip_norm(double max_norm);
   // How many gradients were found replaced and re-bound so far (0 in a normal run).
   int64_t rebinds() const { return rebinds_; }
   const torch::Tensor& buffer() const { return flat_; }

@@ -675,10 +675,12 @@ class Trainer {
         itm_excl_t2i, loss::parse_itm_negative_mode(cfg_.loss.itm_negatives), itm_gen);
     const loss::ItmPairs pairs = loss::itm_pairs(negatives);
     // ITM reads the fused [CLS] only, MLM the masked positions only: fuse_cls / fuse_at run the
-    // last fusion layer for those rows alone (exact; ALBEF computes all rows).
-    const torch::Tensor fused = model_->fuse_cls(text_hidden.index_select(0, pairs.text_index),
-                                                 mask.index_select(0, pairs.text_index),
-                                                 image_tokens.index_select(0, pairs.image_index));
+    // last fusion layer for those rows alone (exact; ALBEF computes all rows). The images'
+    // cross-attention keys and values are projected once for ITM's pairs and MLM together, and
+    // each text's first-layer self-attention once for its pairs (model/albef.hpp FusionPairs).
+    const std::vector<torch::Tensor> image_keys = model_->image_keys(image_tokens);
+    const torch::Tensor fused =
+        model_->fuse_cls(text_hidden, mask, image_keys, {pairs.text_index, pairs.image_index});
     const torch::Tensor itm = loss::itm_loss(model_->itm_logits(fused), pairs.labels);
 
     // MLM on a masked copy of the captions, conditioned on the image (skipped at weight 0, as in
@@ -690,8 +692,8 @@ class Trainer {
       auto mlm_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 3);
       m = loss::mask_tokens(ids, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size, kMaskId,
                             {kPadId, kClsId, kSepId}, mlm_gen);
-      const torch::Tensor logits = model_->mlm_logits(
-          model_->fuse_at(model_->encode_text(m.input_ids, mask), mask, image_tokens, m.positions));
+      const torch::Tensor logits = model_->mlm_logits(model_->fuse_at(
+          model_->encode_text(m.input_ids, mask), mask, image_keys, {}, m.positions));
       if (momentum_) {
         // ALBEF's distilled MLM: soft labels = softmax of the momentum model's MLM logits on the
         // same masked input, fused with the momentum image tokens; mixed with the same alpha.
@@ -748,7 +750,7 @@ class Trainer {
     phases_.lap(PhaseClock::kBackward);
     grads_->allreduce_mean(comm_);
     phases_.lap(PhaseClock::kComm);
-    if (cfg_.optim.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params_, cfg_.optim.grad_clip);
+    if (cfg_.optim.grad_clip > 0) grads_->clip_norm(cfg_.optim.grad_clip);
     fused_adamw_step(*optimizer_);
     if (momentum_) {
       // After the step taken (a skipped step changes neither): EMA of the new online weights,

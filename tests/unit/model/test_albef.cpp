@@ -235,6 +235,47 @@ TEST(Albef, MlmGradientReachesEmbeddingRowsOnlyThroughTheDecoder) {
   EXPECT_LT(model->named_parameters()["mlm_bias"].grad()[29000].item<double>(), 0.0);
 }
 
+// With a dense gradient already bound to the word embeddings (the trainer's flat buffer), the
+// tied decoder adds its weight gradient into it in place and the embedding lookups add theirs as
+// sparse rows: the gradient that arrives is the one a fresh model gets, and the buffer stays the
+// same dense tensor.
+TEST(Albef, WordEmbeddingGradientAccumulatesInPlaceIntoABoundBuffer) {
+  const auto cfg = preset("tiny");
+  Albef fresh(cfg, 60), bound(cfg, 60);
+  const auto b = make_batch(cfg, {8, 12}, 12, 61);
+  const auto targets = torch::tensor(std::vector<int64_t>{29000, 2000, 7, 29000});
+  auto loss = [&](Albef& m) {
+    const auto hidden = m->encode_text(b.ids, b.mask);
+    const auto again = m->encode_text(b.ids.flip(0), b.mask.flip(0));  // a second lookup
+    const auto h = torch::cat({hidden[0].narrow(0, 1, 2), again[1].narrow(0, 2, 2)});
+    return F::cross_entropy(m->mlm_logits(h), targets);
+  };
+  auto word = bound->named_parameters()["text_embeddings.word_embeddings"];
+  const auto prior = torch::randn(word.sizes(), gen(62));
+  word.mutable_grad() = prior.clone();
+  const void* buffer = word.grad().data_ptr();
+  loss(bound).backward();
+  loss(fresh).backward();
+  const auto want = fresh->named_parameters()["text_embeddings.word_embeddings"].grad();
+  ASSERT_TRUE(want.defined());
+  EXPECT_EQ(word.grad().data_ptr(), buffer);
+  EXPECT_EQ(word.grad().layout(), torch::kStrided);
+  const double scale = want.abs().max().item<double>();
+  EXPECT_GT(scale, 0.0);
+  EXPECT_LT(max_abs_diff(word.grad() - prior, want) / scale, 1e-5);
+}
+
+TEST(Albef, PatchEmbeddingIsTheStridedConvolution) {
+  auto g = gen(63);
+  const int64_t B = 3, C = 24, p = 8, S = 32;
+  const auto images = torch::randn({B, 3, S, S}, g);
+  const auto weight = torch::randn({C, 3, p, p}, g), bias = torch::randn({C}, g);
+  const auto want = torch::conv2d(images, weight, bias, p).flatten(2).transpose(1, 2);
+  const auto got = fnvlp::model::patch_embedding(images, weight, bias);
+  ASSERT_EQ(got.sizes(), want.sizes());
+  EXPECT_LT(max_abs_diff(got, want), 1e-4);
+}
+
 TEST(Albef, TemperatureIsClampedAndLearnable) {
   auto cfg = preset("tiny");
   Albef model(cfg, 13);
@@ -419,6 +460,89 @@ TEST(Albef, FuseClsIsTheFullPassAtClsAndFeedsItm) {
   EXPECT_EQ(none.sizes(), (std::vector<int64_t>{0, cfg.text_width}));
   EXPECT_THROW(model->fuse_at(txt, b.mask, img, torch::tensor({90}, torch::kLong)), fnvlp::Error);
   EXPECT_THROW(model->itm_logits(torch::zeros({3, 7})), fnvlp::Error);
+}
+
+// Fusion over pairs (text_index, image_index into the distinct texts and images, as ITM's
+// positive and negative pairs) is the fusion of the gathered pairs: outputs and every parameter
+// gradient, with texts and images repeated and one image unused, at [CLS] and at scattered
+// positions, with one fusion layer (tiny) and two (the first then runs in full over the pairs).
+void check_fuse_pairs(int64_t fusion_layers, bool at_cls, uint64_t seed) {
+  auto cfg = preset("tiny");
+  cfg.fusion_layers = fusion_layers;
+  Albef pair_model(cfg, seed), gather_model(cfg, seed);
+  const auto b = make_batch(cfg, {12, 30, 5, 9, 17}, 30, seed + 1);
+  const int64_t L = 30, W = cfg.text_width;
+  const auto text_index = torch::tensor(std::vector<int64_t>{0, 1, 2, 3, 0, 1, 3, 3, 2});
+  const auto image_index = torch::tensor(std::vector<int64_t>{0, 1, 2, 3, 2, 3, 0, 1, 0});
+  const int64_t P = text_index.size(0);
+  const auto pos = at_cls ? torch::arange(0, P * L, L, torch::kLong)
+                          : torch::tensor(std::vector<int64_t>{4 * L + 3, 1, 8 * L + 2, 5 * L,
+                                                               7 * L + 4, 2 * L + 1, 4 * L});
+  auto g = gen(seed + 2);
+  const auto upstream = torch::randn({pos.size(0), W}, g);
+  auto run = [&](Albef& m, bool pairs) {
+    const auto txt = m->encode_text(b.ids, b.mask);
+    const auto img = m->encode_image(b.images);
+    torch::Tensor out;
+    if (!pairs)
+      out = m->fuse_at(txt.index_select(0, text_index), b.mask.index_select(0, text_index),
+                       img.index_select(0, image_index), pos);
+    else if (at_cls)
+      out = m->fuse_cls(txt, b.mask, m->image_keys(img), {text_index, image_index});
+    else
+      out = m->fuse_at(txt, b.mask, m->image_keys(img), {text_index, image_index}, pos);
+    (out * upstream).sum().backward();
+    return out.detach();
+  };
+  const auto got = run(pair_model, true), want = run(gather_model, false);
+  ASSERT_EQ(got.sizes(), want.sizes());
+  EXPECT_LT(max_abs_diff(got, want), 1e-5) << fusion_layers << " fusion layers";
+  const auto pp = pair_model->named_parameters(), pg = gather_model->named_parameters();
+  int64_t compared = 0;
+  for (const auto& kv : pg) {
+    const auto& want_g = kv.value().grad();
+    const auto& got_g = pp[kv.key()].grad();
+    ASSERT_EQ(got_g.defined(), want_g.defined()) << kv.key();
+    if (!want_g.defined()) continue;
+    const double scale = std::max(1e-3, want_g.abs().max().item<double>());
+    EXPECT_LT(max_abs_diff(got_g, want_g) / scale, 1e-4) << kv.key();
+    ++compared;
+  }
+  EXPECT_GT(compared, 20);
+}
+
+TEST(Albef, FusionOverPairsIsTheFusionOfTheGatheredPairs) {
+  check_fuse_pairs(1, true, 50);
+  check_fuse_pairs(1, false, 51);
+  check_fuse_pairs(2, true, 52);
+  check_fuse_pairs(2, false, 53);
+}
+
+// With dropout in training each pair keeps its own dropout draws: the pairs path gathers the texts
+// first, so under one seed it computes what the gathered inputs give.
+TEST(Albef, FusionOverPairsWithDropoutDrawsPerPair) {
+  auto cfg = preset("tiny");
+  cfg.dropout = 0.1;
+  Albef model(cfg, 54);
+  model->train();
+  const auto b = make_batch(cfg, {12, 30, 5}, 30, 55);
+  const auto text_index = torch::tensor(std::vector<int64_t>{0, 0, 1, 2});
+  const auto image_index = torch::tensor(std::vector<int64_t>{0, 1, 1, 0});
+  torch::NoGradGuard no_grad;
+  const auto txt = model->encode_text(b.ids, b.mask);
+  const auto img = model->encode_image(b.images);
+  torch::manual_seed(56);
+  const auto got = model->fuse_cls(txt, b.mask, model->image_keys(img), {text_index, image_index});
+  torch::manual_seed(56);
+  const auto want =
+      model->fuse_cls(txt.index_select(0, text_index), b.mask.index_select(0, text_index),
+                      img.index_select(0, image_index));
+  EXPECT_LT(max_abs_diff(got, want), 1e-5);
+  // Rows 0 and 1 share text 0 but not their dropout draws (nor their image).
+  EXPECT_GT(max_abs_diff(got[0], got[1]), 1e-4);
+  EXPECT_THROW(model->fuse_cls(txt, b.mask, model->image_keys(img),
+                               {text_index, torch::tensor(std::vector<int64_t>{0, 1, 3, 0})}),
+               fnvlp::Error);
 }
 
 // Off the fused kernels (double here; CUDA and attention dropout in training alike) fuse_at is the

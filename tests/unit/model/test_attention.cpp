@@ -106,6 +106,38 @@ TEST(FusedAttention, CrossAttentionMatchesMatmulFormulation) {
   check_cross(5, 1, 17, key_mask({1, 17, 2, 9, 16}, 17).view({5, 1, 1, 17}), 9);
 }
 
+// Query rows reading shared keys and values through kv_index (one image's serving every text it
+// is paired with): the reference on the gathered kv, gradients summed into the shared rows. Rows
+// used twice, once and never, with a key mask over kv's rows.
+TEST(FusedAttention, CrossAttentionWithKvIndexIsTheGatheredFormulation) {
+  auto g = gen(10);
+  const int64_t B = 6, Bk = 4, Lq = 3, Lk = 11, heads = 2, d = 8, W = heads * d;
+  const auto index = torch::tensor(std::vector<int64_t>{2, 0, 2, 3, 0, 2});  // row 1 unused
+  const auto mask = key_mask({11, 4, 7, 1}, Lk);
+  const auto q0 = torch::randn({B, Lq, W}, g), kv0 = torch::randn({Bk, Lk, 2 * W}, g);
+  const auto upstream = torch::randn({B, Lq, W}, g);
+
+  auto q = q0.clone().requires_grad_(true), kv = kv0.clone().requires_grad_(true);
+  const auto kvg = kv.index_select(0, index);
+  reference(q, kvg.narrow(2, 0, W), kvg.narrow(2, W, W), mask.index_select(0, index), heads)
+      .backward(upstream);
+  auto qf = q0.clone().requires_grad_(true), kvf = kv0.clone().requires_grad_(true);
+  const auto out = fused_cross_attention(qf, kvf, heads, mask, index);
+  out.backward(upstream);
+
+  const auto ref =
+      reference(q0, kv0.index_select(0, index).narrow(2, 0, W),
+                kv0.index_select(0, index).narrow(2, W, W), mask.index_select(0, index), heads);
+  expect_close(out, ref, 1e-5, "indexed cross-attention output");
+  expect_close(qf.grad(), q.grad(), 1e-4, "indexed cross-attention dq");
+  expect_close(kvf.grad(), kv.grad(), 1e-4, "indexed cross-attention d(kv)");
+  EXPECT_EQ(max_abs(kvf.grad()[1]), 0.0) << "an unread kv row got a gradient";
+  // The index must name a kv row for every query row.
+  EXPECT_THROW(fused_cross_attention(q0, kv0, heads, {}, torch::tensor({0, 1})), std::exception);
+  EXPECT_THROW(fused_cross_attention(q0, kv0, heads, {}, torch::full({B}, Bk, torch::kLong)),
+               std::exception);
+}
+
 // A padded key must get exactly zero weight: changing its key and value changes nothing, and no
 // gradient reaches it (self-attention; the masked cross-attention shares the kernel and is
 // checked against the reference above).
