@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fnvlp/model/attention.hpp"
+#include "fnvlp/model/gelu.hpp"
 
 namespace fnvlp::model {
 
@@ -160,7 +161,7 @@ VitBlockImpl::VitBlockImpl(int64_t width, int64_t heads, int64_t mlp_ratio) : he
 
 torch::Tensor VitBlockImpl::forward(const torch::Tensor& x) {
   auto h = x + proj_(self_attention(qkv_(norm1_(x)), {}, heads_, 0.0, false));
-  return h + fc2_(torch::gelu(fc1_(norm2_(h))));
+  return h + fc2_(model::gelu(fc1_(norm2_(h))));
 }
 
 torch::Tensor patch_embedding(const torch::Tensor& images, const torch::Tensor& weight,
@@ -286,7 +287,7 @@ torch::Tensor BertLayerImpl::forward_pairs(const torch::Tensor& x,
     ctx = cross_attention(cross_q_(h), image_kv, p.image_index, heads_, dropout_, train);
     h = cross_norm_(h + maybe_dropout(cross_out_(ctx), dropout_, train));
   }
-  return out_norm_(h + maybe_dropout(fc2_(torch::gelu(fc1_(h))), dropout_, train));
+  return out_norm_(h + maybe_dropout(fc2_(model::gelu(fc1_(h))), dropout_, train));
 }
 
 QuerySlots QuerySlots::of(const torch::Tensor& positions, int64_t B, int64_t L) {
@@ -373,7 +374,7 @@ torch::Tensor BertLayerImpl::forward_at(const torch::Tensor& x, const torch::Ten
                                                           heads_, {}, pairs.image_index));
     h = cross_norm_(h + cross_out_(ctx));
   }
-  return out_norm_(h + fc2_(torch::gelu(fc1_(h))));
+  return out_norm_(h + fc2_(model::gelu(fc1_(h))));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -584,7 +585,7 @@ torch::Tensor AlbefImpl::mlm_logits(const torch::Tensor& masked_hidden) {
   FNVLP_CHECK(
       masked_hidden.dim() >= 1 && masked_hidden.size(-1) == cfg_.text_width,
       "mlm_logits: expected [..., " << cfg_.text_width << "], got " << masked_hidden.sizes());
-  const auto h = mlm_norm_(torch::gelu(mlm_dense_(masked_hidden)));
+  const auto h = mlm_norm_(model::gelu(mlm_dense_(masked_hidden)));
   if (h.dim() == 2 && mlm_decoder_weight().requires_grad() && torch::GradMode::is_enabled())
     return TiedDecoderFn::apply(h, mlm_decoder_weight(), mlm_bias_);
   return torch::linear(h, mlm_decoder_weight(), mlm_bias_);
