@@ -645,4 +645,33 @@ TEST(MlmLoss, LossEqualsCrossEntropyByHand) {
   EXPECT_NEAR(scalar(mlm_loss(logits, m.targets, soft, 0.4)), 0.6 * want + 0.4 * soft_ce, 1e-4);
 }
 
+// The one-pass softmax cross-entropy on CPU float32 against libtorch's: the loss and its gradient
+// at BERT's vocabulary, with logits spanning far beyond exp's range, a non-contiguous input, a
+// NaN logit (the loss turns NaN, for the trainer's finite check) and targets outside the
+// vocabulary (refused).
+TEST(MlmLoss, FusedCrossEntropyMatchesLibtorch) {
+  torch::manual_seed(4);
+  const int64_t M = 9, V = 30522;
+  auto base = torch::randn({M, V}) * 4.0;
+  base[2] *= 40.0;      // exps far below float's range beside the row maximum
+  base[5][77] = 300.0;  // one dominant logit
+  const auto targets = torch::tensor(std::vector<int64_t>{0, 77, 30521, 5, 77, 77, 12, 9, 3});
+  auto a = base.clone().requires_grad_(true), b = base.clone().requires_grad_(true);
+  const auto got = mlm_loss(a, targets);
+  const auto want = F::cross_entropy(b, targets);
+  EXPECT_NEAR(scalar(got), scalar(want), 2e-5 * std::max(1.0, std::abs(scalar(want))));
+  (got * 3.0).backward();
+  (want * 3.0).backward();
+  EXPECT_LT((a.grad() - b.grad()).abs().max().item<double>(), 1e-6);
+  // A strided view: the same loss as its contiguous copy.
+  const auto wide = torch::randn({M, 2 * V});
+  EXPECT_NEAR(scalar(mlm_loss(wide.narrow(1, 0, V), targets)),
+              scalar(F::cross_entropy(wide.narrow(1, 0, V).contiguous(), targets)), 1e-4);
+  auto with_nan = base.clone();
+  with_nan[3][10] = std::nan("");
+  EXPECT_TRUE(std::isnan(scalar(mlm_loss(with_nan, targets))));
+  EXPECT_THROW(mlm_loss(base, torch::full({M}, V, torch::kLong)), fnvlp::Error);
+  EXPECT_THROW(mlm_loss(base, torch::full({M}, -100, torch::kLong)), fnvlp::Error);
+}
+
 }  // namespace
