@@ -9,6 +9,7 @@
 
 #include "fnvlp/model/attention.hpp"
 #include "fnvlp/model/gelu.hpp"
+#include "fnvlp/model/layer_norm.hpp"
 
 namespace fnvlp::model {
 
@@ -160,8 +161,8 @@ VitBlockImpl::VitBlockImpl(int64_t width, int64_t heads, int64_t mlp_ratio) : he
 }
 
 torch::Tensor VitBlockImpl::forward(const torch::Tensor& x) {
-  auto h = x + proj_(self_attention(qkv_(norm1_(x)), {}, heads_, 0.0, false));
-  return h + fc2_(model::gelu(fc1_(norm2_(h))));
+  auto h = x + proj_(self_attention(qkv_(model::layer_norm(x, norm1_)), {}, heads_, 0.0, false));
+  return h + fc2_(model::gelu(fc1_(model::layer_norm(h, norm2_))));
 }
 
 torch::Tensor patch_embedding(const torch::Tensor& images, const torch::Tensor& weight,
@@ -204,7 +205,7 @@ torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {
   auto x = patch_embedding(images, patch_embed_->weight, patch_embed_->bias);  // [B, P, w]
   x = torch::cat({cls_token_.expand({B, -1, -1}), x}, 1) + pos_embed_;
   for (auto& block : blocks_) x = block(x);
-  return norm_(x);
+  return model::layer_norm(x, norm_);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -228,7 +229,7 @@ torch::Tensor BertEmbeddingsImpl::forward(const torch::Tensor& ids) {
   const bool sparse = word_.grad().defined() && word_.grad().layout() == torch::kStrided;
   auto x = torch::embedding(word_, ids, /*padding_idx=*/-1, /*scale_grad_by_freq=*/false, sparse) +
            (position_.narrow(0, 0, L) + token_type_[0]);
-  return maybe_dropout(norm_(x), dropout_, is_training());
+  return maybe_dropout(model::layer_norm(x, norm_), dropout_, is_training());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -279,15 +280,16 @@ torch::Tensor BertLayerImpl::forward_pairs(const torch::Tensor& x,
     p.text_index = torch::Tensor();
   }
   auto ctx = self_attention(qkv_(xs), m, heads_, dropout_, train);
-  auto h = attn_norm_(xs + maybe_dropout(attn_out_(ctx), dropout_, train));
+  auto h = model::layer_norm(xs + maybe_dropout(attn_out_(ctx), dropout_, train), attn_norm_);
   if (p.text_index.defined()) h = h.index_select(0, p.text_index);
   if (has_cross_attention()) {
     FNVLP_CHECK(image_kv.defined(), "fusion layer called without image tokens");
     // Image tokens have no padding: no key mask.
     ctx = cross_attention(cross_q_(h), image_kv, p.image_index, heads_, dropout_, train);
-    h = cross_norm_(h + maybe_dropout(cross_out_(ctx), dropout_, train));
+    h = model::layer_norm(h + maybe_dropout(cross_out_(ctx), dropout_, train), cross_norm_);
   }
-  return out_norm_(h + maybe_dropout(fc2_(model::gelu(fc1_(h))), dropout_, train));
+  return model::layer_norm(h + maybe_dropout(fc2_(model::gelu(fc1_(h))), dropout_, train),
+                           out_norm_);
 }
 
 QuerySlots QuerySlots::of(const torch::Tensor& positions, int64_t B, int64_t L) {
@@ -345,7 +347,7 @@ torch::Tensor BertLayerImpl::self_block_at(const torch::Tensor& x,
       torch::linear(x, qkv_->weight.narrow(0, W, 2 * W), qkv_->bias.narrow(0, W, 2 * W));
   const auto ctx =
       from_block(qs, fused_cross_attention(to_block(qs, B, q), kv, heads_, additive_mask));
-  return attn_norm_(xq + attn_out_(ctx));
+  return model::layer_norm(xq + attn_out_(ctx), attn_norm_);
 }
 
 torch::Tensor BertLayerImpl::forward_at(const torch::Tensor& x, const torch::Tensor& additive_mask,
@@ -372,9 +374,9 @@ torch::Tensor BertLayerImpl::forward_at(const torch::Tensor& x, const torch::Ten
     FNVLP_CHECK(image_kv.defined(), "fusion layer called without image tokens");
     const auto ctx = from_block(qs, fused_cross_attention(to_block(qs, P, cross_q_(h)), image_kv,
                                                           heads_, {}, pairs.image_index));
-    h = cross_norm_(h + cross_out_(ctx));
+    h = model::layer_norm(h + cross_out_(ctx), cross_norm_);
   }
-  return out_norm_(h + fc2_(model::gelu(fc1_(h))));
+  return model::layer_norm(h + fc2_(model::gelu(fc1_(h))), out_norm_);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -585,7 +587,7 @@ torch::Tensor AlbefImpl::mlm_logits(const torch::Tensor& masked_hidden) {
   FNVLP_CHECK(
       masked_hidden.dim() >= 1 && masked_hidden.size(-1) == cfg_.text_width,
       "mlm_logits: expected [..., " << cfg_.text_width << "], got " << masked_hidden.sizes());
-  const auto h = mlm_norm_(model::gelu(mlm_dense_(masked_hidden)));
+  const auto h = model::layer_norm(model::gelu(mlm_dense_(masked_hidden)), mlm_norm_);
   if (h.dim() == 2 && mlm_decoder_weight().requires_grad() && torch::GradMode::is_enabled())
     return TiedDecoderFn::apply(h, mlm_decoder_weight(), mlm_bias_);
   return torch::linear(h, mlm_decoder_weight(), mlm_bias_);
