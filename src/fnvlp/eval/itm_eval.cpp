@@ -216,9 +216,11 @@ RetrievalEvalResult evaluate_retrieval(const Comm& comm, model::AlbefImpl& model
         const std::vector<int64_t> cand = top_k(row, nt, cfg.k_test);
         const torch::Tensor ci = torch::tensor(cand, torch::kInt64);
         const auto k = static_cast<int64_t>(cand.size());
+        // The image's cross-attention keys once for its k candidate texts.
         const torch::Tensor fused =
             model.fuse_cls(text_hidden.index_select(0, ci), text_mask.index_select(0, ci),
-                           image_tokens.select(0, i).unsqueeze(0).expand({k, -1, -1}).contiguous());
+                           model.image_keys(image_tokens.narrow(0, i, 1)),
+                           {torch::Tensor(), torch::zeros({k}, torch::kLong)});
         const int64_t r_itm = reranked_rank(cand, itm_positive(fused), nt, pos);
         txt_itc.add(r_itc);
         txt_itm.add(r_itm);
@@ -237,10 +239,11 @@ RetrievalEvalResult evaluate_retrieval(const Comm& comm, model::AlbefImpl& model
         const std::vector<int64_t> cand = top_k(row, ni, cfg.k_test);
         const torch::Tensor ci = torch::tensor(cand, torch::kInt64);
         const auto k = static_cast<int64_t>(cand.size());
+        // The text's first-layer self-attention once for its k candidate images.
         const torch::Tensor fused =
-            model.fuse_cls(text_hidden.select(0, t).unsqueeze(0).expand({k, -1, -1}).contiguous(),
-                           text_mask.select(0, t).unsqueeze(0).expand({k, -1}).contiguous(),
-                           image_tokens.index_select(0, ci));
+            model.fuse_cls(text_hidden.narrow(0, t, 1), text_mask.narrow(0, t, 1),
+                           model.image_keys(image_tokens.index_select(0, ci)),
+                           {torch::zeros({k}, torch::kLong), torch::Tensor()});
         const int64_t r_itm = reranked_rank(cand, itm_positive(fused), ni, pos);
         img_itc.add(r_itc);
         img_itm.add(r_itm);

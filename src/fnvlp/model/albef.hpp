@@ -106,6 +106,7 @@ struct QuerySlots {
 // passing the distinct texts and images once, with these indices, lets the fusion compute what
 // depends on one side alone (a text's self-attention in the first fusion layer, an image's
 // cross-attention keys and values in every layer) once per distinct row instead of once per pair.
+// Pass only the texts and images in use: those computations cost in proportion to their rows.
 struct FusionPairs {
   torch::Tensor text_index, image_index;
 };
