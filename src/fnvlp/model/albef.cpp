@@ -522,6 +522,7 @@ torch::Tensor AlbefImpl::fuse_at(const torch::Tensor& text_hidden, const torch::
       if (p.text_index.defined()) pm = pm.index_select(0, p.text_index);
       p.text_index = torch::Tensor();
     }
+    if (p.text_index.defined()) x = x.index_select(0, p.text_index);  // no fusion layer ran
     return x.reshape({-1, W}).index_select(0, positions.to(torch::kLong));
   }
   const QuerySlots qs = QuerySlots::of(positions, P, L);

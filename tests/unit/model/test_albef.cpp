@@ -400,6 +400,22 @@ TEST(Albef, EveryParameterGetsAGradient) {
   EXPECT_EQ(checked, expected);
 }
 
+// Every parameter gradient of `got` equals `want`'s to float rounding (relative to its largest).
+void expect_same_gradients(Albef& got, Albef& want) {
+  const auto pg = got->named_parameters(), pw = want->named_parameters();
+  int64_t compared = 0;
+  for (const auto& kv : pw) {
+    const auto& w = kv.value().grad();
+    const auto& g = pg[kv.key()].grad();
+    ASSERT_EQ(g.defined(), w.defined()) << kv.key();
+    if (!w.defined()) continue;
+    const double scale = std::max(1e-3, w.abs().max().item<double>());
+    EXPECT_LT(max_abs_diff(g, w) / scale, 1e-4) << kv.key();
+    ++compared;
+  }
+  EXPECT_GT(compared, 20);
+}
+
 // fuse_at runs the last fusion layer for the selected rows only; its outputs and every gradient
 // must be those of the full pass read at the same positions (ragged rows, a row without any,
 // positions out of order), with one fusion layer (tiny) and with two (earlier layers full).
@@ -425,18 +441,7 @@ void check_fuse_at(int64_t fusion_layers, uint64_t seed) {
   const auto got = run(at_model, true), want = run(full_model, false);
   ASSERT_EQ(got.sizes(), want.sizes());
   EXPECT_LT(max_abs_diff(got, want), 1e-5) << fusion_layers << " fusion layers";
-  const auto pa = at_model->named_parameters(), pf = full_model->named_parameters();
-  int64_t compared = 0;
-  for (const auto& kv : pf) {
-    const auto& gf = kv.value().grad();
-    const auto& ga = pa[kv.key()].grad();
-    ASSERT_EQ(ga.defined(), gf.defined()) << kv.key();
-    if (!gf.defined()) continue;
-    const double scale = std::max(1e-3, gf.abs().max().item<double>());
-    EXPECT_LT(max_abs_diff(ga, gf) / scale, 1e-4) << kv.key();
-    ++compared;
-  }
-  EXPECT_GT(compared, 20);
+  expect_same_gradients(at_model, full_model);
 }
 
 TEST(Albef, FuseAtMatchesTheFullPassAtThosePositions) {
@@ -497,18 +502,7 @@ void check_fuse_pairs(int64_t fusion_layers, bool at_cls, uint64_t seed) {
   const auto got = run(pair_model, true), want = run(gather_model, false);
   ASSERT_EQ(got.sizes(), want.sizes());
   EXPECT_LT(max_abs_diff(got, want), 1e-5) << fusion_layers << " fusion layers";
-  const auto pp = pair_model->named_parameters(), pg = gather_model->named_parameters();
-  int64_t compared = 0;
-  for (const auto& kv : pg) {
-    const auto& want_g = kv.value().grad();
-    const auto& got_g = pp[kv.key()].grad();
-    ASSERT_EQ(got_g.defined(), want_g.defined()) << kv.key();
-    if (!want_g.defined()) continue;
-    const double scale = std::max(1e-3, want_g.abs().max().item<double>());
-    EXPECT_LT(max_abs_diff(got_g, want_g) / scale, 1e-4) << kv.key();
-    ++compared;
-  }
-  EXPECT_GT(compared, 20);
+  expect_same_gradients(pair_model, gather_model);
 }
 
 TEST(Albef, FusionOverPairsIsTheFusionOfTheGatheredPairs) {
