@@ -103,8 +103,8 @@ void trunc_normal_(torch::Tensor t, double std, at::Generator& gen) {
 struct TiedDecoderFn : public torch::autograd::Function<TiedDecoderFn> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& h,
                                const torch::Tensor& weight, const torch::Tensor& bias) {
+    // A saved input leaf unpacks as the leaf itself: the backward can reach its .grad().
     ctx->save_for_backward({h, weight});
-    ctx->saved_data["weight"] = weight;  // the leaf itself, whose .grad() the backward may fill
     return torch::addmm(bias, h, weight.t());
   }
 
@@ -115,7 +115,7 @@ struct TiedDecoderFn : public torch::autograd::Function<TiedDecoderFn> {
     const torch::Tensor g = grads[0].contiguous();
     const torch::Tensor dh = g.mm(weight);
     const torch::Tensor dbias = g.sum(0);
-    torch::Tensor leaf = ctx->saved_data["weight"].toTensor();
+    torch::Tensor leaf = weight;
     torch::Tensor& acc = leaf.mutable_grad();
     if (!torch::GradMode::is_enabled() && acc.defined() && acc.layout() == torch::kStrided &&
         acc.is_contiguous() && acc.scalar_type() == g.scalar_type() && acc.device() == g.device()) {

@@ -416,6 +416,16 @@ void expect_same_gradients(Albef& got, Albef& want) {
   EXPECT_GT(compared, 20);
 }
 
+// run(got_model, true) against run(want_model, false) (each runs its forward and backward and
+// returns the output): the same outputs and parameter gradients to float rounding.
+template <typename Run>
+void expect_same_pass(Albef& got_model, Albef& want_model, Run&& run, int64_t fusion_layers) {
+  const auto got = run(got_model, true), want = run(want_model, false);
+  ASSERT_EQ(got.sizes(), want.sizes());
+  EXPECT_LT(max_abs_diff(got, want), 1e-5) << fusion_layers << " fusion layers";
+  expect_same_gradients(got_model, want_model);
+}
+
 // fuse_at runs the last fusion layer for the selected rows only; its outputs and every gradient
 // must be those of the full pass read at the same positions (ragged rows, a row without any,
 // positions out of order), with one fusion layer (tiny) and with two (earlier layers full).
@@ -438,10 +448,7 @@ void check_fuse_at(int64_t fusion_layers, uint64_t seed) {
     (out * upstream).sum().backward();
     return out.detach();
   };
-  const auto got = run(at_model, true), want = run(full_model, false);
-  ASSERT_EQ(got.sizes(), want.sizes());
-  EXPECT_LT(max_abs_diff(got, want), 1e-5) << fusion_layers << " fusion layers";
-  expect_same_gradients(at_model, full_model);
+  expect_same_pass(at_model, full_model, run, fusion_layers);
 }
 
 TEST(Albef, FuseAtMatchesTheFullPassAtThosePositions) {
@@ -499,10 +506,7 @@ void check_fuse_pairs(int64_t fusion_layers, bool at_cls, uint64_t seed) {
     (out * upstream).sum().backward();
     return out.detach();
   };
-  const auto got = run(pair_model, true), want = run(gather_model, false);
-  ASSERT_EQ(got.sizes(), want.sizes());
-  EXPECT_LT(max_abs_diff(got, want), 1e-5) << fusion_layers << " fusion layers";
-  expect_same_gradients(pair_model, gather_model);
+  expect_same_pass(pair_model, gather_model, run, fusion_layers);
 }
 
 TEST(Albef, FusionOverPairsIsTheFusionOfTheGatheredPairs) {
