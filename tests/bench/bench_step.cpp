@@ -159,8 +159,8 @@ class StepBench {
     if (!finite) return total_value;
     total.backward();
     grads_->allreduce_mean(comm_);
-    if (cfg_.optim.grad_clip > 0) grads_->clip_norm(cfg_.optim.grad_clip);
-    train::fused_adamw_step(*optimizer_);
+    train::fused_adamw_step(
+        *optimizer_, cfg_.optim.grad_clip > 0 ? grads_->clip_factor(cfg_.optim.grad_clip) : 1.0f);
     return total_value;
   }
 

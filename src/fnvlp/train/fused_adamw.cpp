@@ -22,13 +22,15 @@ bool dense_cpu_float(const torch::Tensor& t) {
 }
 
 // The element-wise update; the float casts of the scalars are the ones libtorch's tensor ops make.
-void update(float* p, const float* g, float* m, float* v, int64_t n, float decay, float b1,
-            float one_minus_b1, float b2, float one_minus_b2, float inv_sqrt_bc2, float eps,
-            float neg_step) {
+// g_i * grad_scale is the float clip_grad_norm_'s in-place scaling would have stored.
+void update(float* p, const float* g, float* m, float* v, int64_t n, float grad_scale, float decay,
+            float b1, float one_minus_b1, float b2, float one_minus_b2, float inv_sqrt_bc2,
+            float eps, float neg_step) {
   for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * grad_scale;
     const float pi = p[i] * decay;
-    const float mi = m[i] * b1 + one_minus_b1 * g[i];
-    const float vi = v[i] * b2 + one_minus_b2 * g[i] * g[i];
+    const float mi = m[i] * b1 + one_minus_b1 * gi;
+    const float vi = v[i] * b2 + one_minus_b2 * gi * gi;
     m[i] = mi;
     v[i] = vi;
     p[i] = pi + neg_step * (mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps));
@@ -37,7 +39,7 @@ void update(float* p, const float* g, float* m, float* v, int64_t n, float decay
 
 }  // namespace
 
-bool fused_adamw_step(torch::optim::AdamW& opt) {
+bool fused_adamw_step(torch::optim::AdamW& opt, float grad_scale) {
   torch::NoGradGuard no_grad;
   auto& states = opt.state();
   std::vector<Item> items;
@@ -60,6 +62,10 @@ bool fused_adamw_step(torch::optim::AdamW& opt) {
     }
   }
   if (!fused) {
+    if (grad_scale != 1.0f)
+      for (auto& group : opt.param_groups())
+        for (auto& p : group.params())
+          if (p.grad().defined()) p.mutable_grad().mul_(grad_scale);
     opt.step();
     return false;
   }
@@ -78,7 +84,8 @@ bool fused_adamw_step(torch::optim::AdamW& opt) {
     float* m = st.exp_avg().data_ptr<float>();
     float* v = st.exp_avg_sq().data_ptr<float>();
     at::parallel_for(0, it.p.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
-      update(p + begin, g + begin, m + begin, v + begin, end - begin, decay, static_cast<float>(b1),
+      update(p + begin, g + begin, m + begin, v + begin, end - begin, grad_scale, decay,
+             static_cast<float>(b1),
              static_cast<float>(1.0 - b1), static_cast<float>(b2), static_cast<float>(1.0 - b2),
              inv_sqrt_bc2, static_cast<float>(o.eps()), neg_step);
     });

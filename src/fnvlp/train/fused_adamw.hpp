@@ -14,6 +14,9 @@ namespace fnvlp::train {
 // Steps `opt` like opt.step(). Returns false when it handed the step to libtorch instead: a
 // parameter without state yet (the first step creates it exactly as libtorch does), amsgrad, or
 // a parameter that is not a dense float32 CPU tensor.
-bool fused_adamw_step(torch::optim::AdamW& opt);
+// grad_scale: every gradient enters the update multiplied by it, as if scaled in place first
+// (FlatGradients::clip_factor): gradient clipping without its own pass over the gradients. The
+// gradients themselves are left unscaled on the fused path.
+bool fused_adamw_step(torch::optim::AdamW& opt, float grad_scale = 1.0f);
 
 }  // namespace fnvlp::train

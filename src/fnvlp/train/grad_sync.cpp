@@ -89,12 +89,21 @@ void FlatGradients::zero() {
 }
 
 double FlatGradients::clip_norm(double max_norm) {
+  double norm = 0;
+  const float factor = clip_factor(max_norm, &norm);
+  torch::NoGradGuard no_grad;
+  if (factor != 1.0f) flat_.mul_(factor);
+  return norm;
+}
+
+float FlatGradients::clip_factor(double max_norm, double* norm_out) {
   rebind_replaced();
   torch::NoGradGuard no_grad;
   const double norm = flat_.norm().item<double>();
+  if (norm_out) *norm_out = norm;
   const double coef = max_norm / (norm + 1e-6);
-  if (coef < 1.0) flat_.mul_(coef);
-  return norm;
+  // The float libtorch's in-place mul_ by the double coef multiplies with.
+  return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
 }
 
 void FlatGradients::rebind_replaced() {

@@ -43,6 +43,10 @@ class FlatGradients {
   // norm, which it returns (the norm before clipping). libtorch's takes one norm per parameter
   // (93 tensors for `tiny`) and a scale per parameter.
   double clip_norm(double max_norm);
+  // The factor clip_norm would scale by (1 where it would not clip), without scaling: for an
+  // optimizer step that applies it on the fly (fused_adamw_step's grad_scale). `norm`, if given,
+  // receives the global L2 norm.
+  float clip_factor(double max_norm, double* norm = nullptr);
   // How many gradients were found replaced and re-bound so far (0 in a normal run).
   int64_t rebinds() const { return rebinds_; }
   const torch::Tensor& buffer() const { return flat_; }

@@ -750,8 +750,9 @@ class Trainer {
     phases_.lap(PhaseClock::kBackward);
     grads_->allreduce_mean(comm_);
     phases_.lap(PhaseClock::kComm);
-    if (cfg_.optim.grad_clip > 0) grads_->clip_norm(cfg_.optim.grad_clip);
-    fused_adamw_step(*optimizer_);
+    // Clipping's scale applied inside the AdamW pass (no pass of its own over the gradients).
+    fused_adamw_step(*optimizer_,
+                     cfg_.optim.grad_clip > 0 ? grads_->clip_factor(cfg_.optim.grad_clip) : 1.0f);
     if (momentum_) {
       // After the step taken (a skipped step changes neither): EMA of the new online weights,
       // then the step's gathered momentum features join the queue in global (rank) order. Both

@@ -89,6 +89,28 @@ TEST(FusedAdamW, MatchesLibtorchStepByStep) {
   EXPECT_FALSE(torch::allclose(fused.params[0], make(1).params[0]));
 }
 
+// grad_scale (clipping's factor applied in the pass) is the same as scaling the gradients in
+// place first, as clip_grad_norm_ does: bitwise, on the libtorch first step and the fused ones.
+TEST(FusedAdamW, GradScaleEqualsScalingTheGradientsFirst) {
+  Opt scaled_first = make(2), on_the_fly = make(2);
+  for (int step = 0; step < 4; ++step) {
+    const float scale = 0.25f + 0.2f * static_cast<float>(step);
+    set_grads(scaled_first, step);
+    set_grads(on_the_fly, step);
+    for (auto& p : scaled_first.params)
+      if (p.grad().defined()) p.mutable_grad().mul_(scale);
+    fnvlp::train::fused_adamw_step(*scaled_first.opt);
+    fnvlp::train::fused_adamw_step(*on_the_fly.opt, scale);
+    for (size_t i = 0; i < on_the_fly.params.size(); ++i) {
+      EXPECT_TRUE(torch::equal(on_the_fly.params[i], scaled_first.params[i]))
+          << "param " << i << ", step " << step;
+      EXPECT_TRUE(torch::equal(state_of(on_the_fly, i).exp_avg_sq(),
+                               state_of(scaled_first, i).exp_avg_sq()))
+          << "param " << i << ", step " << step;
+    }
+  }
+}
+
 TEST(FusedAdamW, StateRoundTripsThroughLibtorchSerialization) {
   Opt a = make(2);
   for (int step = 0; step < 3; ++step) {
