@@ -182,7 +182,8 @@ class StepBench {
                                const torch::Tensor& mask) {
     const auto at_masked = model_->fuse_at(model_->encode_text(masking_.input_ids, mask), mask,
                                            image_keys, {}, masking_.positions);
-    return loss::mlm_loss(model_->mlm_logits(at_masked), masking_.targets);
+    return loss::linear_cross_entropy(model_->mlm_hidden(at_masked), model_->mlm_decoder_weight(),
+                                      model_->mlm_bias(), masking_.targets);
   }
 
   void sum_rows(torch::Tensor& t) {

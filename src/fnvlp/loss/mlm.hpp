@@ -35,6 +35,13 @@ torch::Tensor gather_positions(const torch::Tensor& hidden, const torch::Tensor&
 // Mean cross-entropy of logits [M, V] against targets [M]. M = 0 gives 0 with a valid graph.
 torch::Tensor mlm_loss(const torch::Tensor& logits_at_positions, const torch::Tensor& targets);
 
+// mlm_loss(h W^T + bias, targets) for a linear decoder [V, D] over the hidden states h [M, D]
+// (the tied MLM decoder, model::AlbefImpl::mlm_hidden and mlm_decoder_weight): on CPU float one
+// autograd node that never keeps the logits, and adds W's gradient into W's .grad() in place where
+// that buffer exists (core/grad_accumulation.hpp).
+torch::Tensor linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& weight,
+                                   const torch::Tensor& bias, const torch::Tensor& targets);
+
 // ALBEF's distilled MLM (xbert.py BertForMaskedLM with soft_labels):
 //   L = (1 - a) * CE(logits, targets) + a * mean_m( - sum_v soft_mv log softmax(logits_m)_v )
 // with soft = softmax of the momentum model's logits [M, V] (detached here).

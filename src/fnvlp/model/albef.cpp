@@ -1,12 +1,16 @@
 #include "fnvlp/model/albef.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "fnvlp/core/grad_accumulation.hpp"
 #include "fnvlp/model/attention.hpp"
 #include "fnvlp/model/gelu.hpp"
 #include "fnvlp/model/layer_norm.hpp"
@@ -116,13 +120,82 @@ struct TiedDecoderFn : public torch::autograd::Function<TiedDecoderFn> {
     const torch::Tensor dh = g.mm(weight);
     const torch::Tensor dbias = g.sum(0);
     torch::Tensor leaf = weight;
-    torch::Tensor& acc = leaf.mutable_grad();
-    if (!torch::GradMode::is_enabled() && acc.defined() && acc.layout() == torch::kStrided &&
-        acc.is_contiguous() && acc.scalar_type() == g.scalar_type() && acc.device() == g.device()) {
-      acc.addmm_(g.t(), h);
+    if (torch::Tensor* acc = bound_grad(leaf, g)) {
+      acc->addmm_(g.t(), h);
       return {dh, torch::Tensor(), dbias};
     }
     return {dh, g.t().mm(h), dbias};
+  }
+};
+
+int blas_int(int64_t v) {
+  FNVLP_CHECK(v <= std::numeric_limits<int>::max(), "dense: dimension " << v << " too large");
+  return static_cast<int>(v);
+}
+
+// acc[j] += sum_r g[r, j] over rows [0, rows): each column's sum formed first, as autograd adds a
+// returned bias gradient, so a layer used twice in one step accumulates the same way.
+void add_column_sums(const float* g, int64_t rows, int64_t cols, float* acc) {
+  at::parallel_for(0, cols, 256, [&](int64_t begin, int64_t end) {
+    std::vector<float> sum(static_cast<size_t>(end - begin), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = g + r * cols + begin;
+#pragma omp simd
+      for (int64_t j = 0; j < end - begin; ++j) sum[j] += row[j];
+    }
+    for (int64_t j = begin; j < end; ++j) acc[j] += sum[j - begin];
+  });
+}
+
+// y = x W^T + b over rows x [N, in] (contiguous). Forward as libtorch's addmm (b copied into every
+// output row, then the GEMM with beta = 1: the same floats). Backward with g = dL/dy:
+//   dx = g W,  dW = g^T x,  db = sum_rows g,
+// dW and db added into bound .grad() buffers in place (beta = 1) where they exist.
+struct DenseFn : public torch::autograd::Function<DenseFn> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight, const torch::Tensor& bias) {
+    const int64_t N = x.size(0), in = x.size(1), out = weight.size(0);
+    torch::Tensor y = torch::empty({N, out}, x.options());
+    float* yp = y.data_ptr<float>();
+    const float* bp = bias.data_ptr<float>();
+    for (int64_t r = 0; r < N; ++r) std::copy(bp, bp + out, yp + r * out);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(N), blas_int(out), blas_int(in),
+                1.0f, x.data_ptr<float>(), blas_int(in), weight.data_ptr<float>(), blas_int(in),
+                1.0f, yp, blas_int(out));
+    ctx->save_for_backward({x, weight, bias});
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &weight = saved[1];
+    const torch::Tensor g = grads[0].contiguous();
+    const int64_t N = x.size(0), in = x.size(1), out = weight.size(0);
+    const float* gp = g.data_ptr<float>();
+    torch::Tensor dx, dw, db;
+    if (ctx->needs_input_grad(0)) {
+      dx = torch::empty({N, in}, x.options());
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(N), blas_int(in),
+                  blas_int(out), 1.0f, gp, blas_int(out), weight.data_ptr<float>(), blas_int(in),
+                  0.0f, dx.data_ptr<float>(), blas_int(in));
+    }
+    if (ctx->needs_input_grad(1)) {
+      torch::Tensor leaf = weight;
+      torch::Tensor* acc = bound_grad(leaf, g);
+      if (!acc) dw = torch::empty({out, in}, g.options());
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blas_int(out), blas_int(in),
+                  blas_int(N), 1.0f, gp, blas_int(out), x.data_ptr<float>(), blas_int(in),
+                  acc ? 1.0f : 0.0f, acc ? acc->data_ptr<float>() : dw.data_ptr<float>(),
+                  blas_int(in));
+    }
+    if (ctx->needs_input_grad(2)) {
+      torch::Tensor leaf = saved[2];
+      torch::Tensor* acc = bound_grad(leaf, g);
+      if (!acc) db = torch::zeros({out}, g.options());
+      add_column_sums(gp, N, out, acc ? acc->data_ptr<float>() : db.data_ptr<float>());
+    }
+    return {dx, dw, db};
   }
 };
 
@@ -146,6 +219,20 @@ void check_fuse_inputs(const torch::Tensor& text_hidden, const torch::Tensor& ma
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
+torch::Tensor dense(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  const auto dense_cpu_float = [](const torch::Tensor& t) {
+    return t.defined() && t.device().is_cpu() && t.scalar_type() == torch::kFloat &&
+           t.layout() == torch::kStrided && t.is_contiguous();
+  };
+  if (!torch::GradMode::is_enabled() || x.dim() < 1 || x.size(-1) != weight.size(1) ||
+      !dense_cpu_float(x) || !dense_cpu_float(weight) || !dense_cpu_float(bias) ||
+      !(weight.requires_grad() || bias.requires_grad()))
+    return torch::linear(x, weight, bias);
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = weight.size(0);
+  return DenseFn::apply(x.reshape({-1, x.size(-1)}), weight, bias).view(shape);
+}
+
 DenseImpl::DenseImpl(int64_t in, int64_t out) {
   weight = register_parameter("weight", torch::empty({out, in}));
   bias = register_parameter("bias", torch::empty({out}));
@@ -584,11 +671,15 @@ torch::Tensor AlbefImpl::itm_logits(const torch::Tensor& fused) {
   return itm_head_(fused.dim() == 3 ? fused.select(1, 0) : fused);
 }
 
-torch::Tensor AlbefImpl::mlm_logits(const torch::Tensor& masked_hidden) {
+torch::Tensor AlbefImpl::mlm_hidden(const torch::Tensor& masked_hidden) {
   FNVLP_CHECK(
       masked_hidden.dim() >= 1 && masked_hidden.size(-1) == cfg_.text_width,
       "mlm_logits: expected [..., " << cfg_.text_width << "], got " << masked_hidden.sizes());
-  const auto h = model::layer_norm(model::gelu(mlm_dense_(masked_hidden)), mlm_norm_);
+  return model::layer_norm(model::gelu(mlm_dense_(masked_hidden)), mlm_norm_);
+}
+
+torch::Tensor AlbefImpl::mlm_logits(const torch::Tensor& masked_hidden) {
+  const auto h = mlm_hidden(masked_hidden);
   if (h.dim() == 2 && mlm_decoder_weight().requires_grad() && torch::GradMode::is_enabled())
     return TiedDecoderFn::apply(h, mlm_decoder_weight(), mlm_bias_);
   return torch::linear(h, mlm_decoder_weight(), mlm_bias_);

@@ -24,10 +24,17 @@ namespace fnvlp::model {
 
 // y = x W^T + b, W [out, in]: torch::nn::Linear without its constructor-time initialisation, which
 // AlbefImpl::init_weights would overwrite anyway (a second pass over ~200M weights for `base`).
+// torch::linear(x, weight, bias) for x [..., in], weight [out, in], bias [out]. On CPU float32 in
+// training, one autograd node whose backward adds the weight and bias gradients straight into
+// their .grad() buffers where those exist (core/grad_accumulation.hpp): no [out, in] gradient is
+// allocated and then added there by autograd, and no transposed views or separate bias reduction
+// op run per layer (44 Dense calls per tiny-preset step).
+torch::Tensor dense(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+
 class DenseImpl : public torch::nn::Module {
  public:
   DenseImpl(int64_t in, int64_t out);
-  torch::Tensor forward(const torch::Tensor& x) { return torch::linear(x, weight, bias); }
+  torch::Tensor forward(const torch::Tensor& x) { return dense(x, weight, bias); }
   torch::Tensor weight, bias;
 };
 TORCH_MODULE(Dense);
@@ -208,6 +215,10 @@ class AlbefImpl : public torch::nn::Module {
   // BERT MLM head: LN(GELU(W h + b)) E^T + bias with E the word embeddings (tied decoder). Apply it
   // to the hidden states of masked positions only: [..., text_width] -> [..., vocab_size].
   torch::Tensor mlm_logits(const torch::Tensor& masked_hidden);
+  // Its transform alone, LN(GELU(W h + b)): mlm_logits(x) = mlm_hidden(x) E^T + mlm_bias(), the
+  // input of loss::linear_cross_entropy.
+  torch::Tensor mlm_hidden(const torch::Tensor& masked_hidden);
+  const torch::Tensor& mlm_bias() const { return mlm_bias_; }
   // Learnable temperature, clamped in place to [temp_min, temp_max] as ALBEF does before each use.
   // Returns the parameter itself (0-dim), so the ITC loss's gradient reaches it.
   torch::Tensor temp();

@@ -674,4 +674,54 @@ TEST(MlmLoss, FusedCrossEntropyMatchesLibtorch) {
   EXPECT_THROW(mlm_loss(base, torch::full({M}, -100, torch::kLong)), fnvlp::Error);
 }
 
+// The fused decoder + cross-entropy against mlm_loss over torch::linear: loss and the gradients of
+// h, W and b at BERT's vocabulary; W's gradient either returned (no buffer) or added into the
+// bound buffer in place (as the trainer's flat gradients); M = 0, a NaN and bad targets.
+TEST(MlmLoss, LinearCrossEntropyMatchesLinearThenCrossEntropy) {
+  torch::manual_seed(5);
+  const int64_t M = 11, K = 64, V = 30522;
+  const auto h0 = torch::randn({M, K}), w0 = torch::randn({V, K}) * 0.2, b0 = torch::randn({V});
+  auto targets = torch::randint(V, {M}, torch::kLong);
+  targets[0] = V - 1;
+  targets[3] = 0;
+  auto leaves = [&] {
+    return std::vector<torch::Tensor>{h0.clone().requires_grad_(true),
+                                      w0.clone().requires_grad_(true),
+                                      b0.clone().requires_grad_(true)};
+  };
+  auto want = leaves();
+  const auto ref = mlm_loss(torch::linear(want[0], want[1], want[2]), targets);
+  (ref * 2.5).backward();
+  for (const bool bound : {false, true}) {
+    SCOPED_TRACE(bound ? "W's gradient into its bound buffer" : "W's gradient returned");
+    auto got = leaves();
+    const auto prior = torch::randn({V, K});
+    if (bound) got[1].mutable_grad() = prior.clone();
+    const void* buffer = bound ? got[1].grad().data_ptr() : nullptr;
+    const auto loss = linear_cross_entropy(got[0], got[1], got[2], targets);
+    EXPECT_NEAR(scalar(loss), scalar(ref), 1e-5 * std::abs(scalar(ref)));
+    (loss * 2.5).backward();
+    if (bound) EXPECT_EQ(got[1].grad().data_ptr(), buffer);
+    const auto dw = bound ? got[1].grad() - prior : got[1].grad();
+    for (const auto& [g, w] : {std::pair{got[0].grad(), want[0].grad()},
+                               std::pair{dw, want[1].grad()}, std::pair{got[2].grad(), want[2].grad()}}) {
+      ASSERT_TRUE(g.defined());
+      const double scale = w.abs().max().item<double>();
+      EXPECT_GT(scale, 0.0);
+      EXPECT_LT((g - w).abs().max().item<double>() / scale, 1e-5);
+    }
+  }
+  // Nothing selected: 0 with a graph, as mlm_loss.
+  const auto none = linear_cross_entropy(torch::zeros({0, K}).requires_grad_(true), w0, b0,
+                                         torch::zeros({0}, torch::kLong));
+  EXPECT_EQ(scalar(none), 0.0);
+  EXPECT_TRUE(none.requires_grad());
+  auto with_nan = h0.clone();
+  with_nan[4][1] = std::nan("");
+  EXPECT_TRUE(std::isnan(scalar(linear_cross_entropy(with_nan, w0, b0, targets))));
+  EXPECT_THROW(linear_cross_entropy(h0, w0, b0, torch::full({M}, V, torch::kLong)), fnvlp::Error);
+  EXPECT_THROW(linear_cross_entropy(h0, w0, b0, torch::full({M}, -1, torch::kLong)), fnvlp::Error);
+  EXPECT_THROW(linear_cross_entropy(h0, w0.narrow(1, 0, K / 2), b0, targets), fnvlp::Error);
+}
+
 }  // namespace

@@ -265,6 +265,44 @@ TEST(Albef, WordEmbeddingGradientAccumulatesInPlaceIntoABoundBuffer) {
   EXPECT_LT(max_abs_diff(word.grad() - prior, want) / scale, 1e-5);
 }
 
+// model::dense against torch::linear: the same output floats (both copy the bias into each row and
+// run the GEMM with beta = 1), and the same gradients of x, W and b whether W's and b's gradients
+// are returned or added into existing .grad() buffers in place; a [B, L, in] input used twice in
+// one graph, so the buffers receive two contributions.
+TEST(Albef, DenseMatchesLinearAndAccumulatesIntoBoundGradients) {
+  auto g = gen(64);
+  const auto x0 = torch::randn({3, 7, 24}, g), w0 = torch::randn({40, 24}, g),
+             b0 = torch::randn({40}, g), r = torch::randn({3, 7, 40}, g);
+  auto run = [&](bool fused, bool bound) {
+    auto x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true),
+         b = b0.clone().requires_grad_(true);
+    if (bound) {
+      w.mutable_grad() = torch::ones_like(w);
+      b.mutable_grad() = torch::ones_like(b);
+    }
+    const void* wbuf = bound ? w.grad().data_ptr() : nullptr;
+    auto f = [&](const torch::Tensor& in) {
+      return fused ? fnvlp::model::dense(in, w, b) : torch::linear(in, w, b);
+    };
+    const auto y = f(x);
+    (y * r).sum().add((f(x * 0.5) * r).sum()).backward();
+    if (bound) EXPECT_EQ(w.grad().data_ptr(), wbuf);
+    return std::vector<torch::Tensor>{y.detach(), x.grad(), w.grad(), b.grad()};
+  };
+  for (const bool bound : {false, true}) {
+    SCOPED_TRACE(bound ? "bound gradient buffers" : "gradients returned");
+    const auto want = run(false, bound), got = run(true, bound);
+    EXPECT_TRUE(torch::equal(got[0], want[0]));
+    for (size_t i = 1; i < want.size(); ++i) {
+      ASSERT_TRUE(got[i].defined()) << i;
+      EXPECT_LT(max_abs_diff(got[i], want[i]) / want[i].abs().max().item<double>(), 1e-6) << i;
+    }
+  }
+  // Outside training (no grad mode) it is torch::linear itself.
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(torch::equal(fnvlp::model::dense(x0, w0, b0), torch::linear(x0, w0, b0)));
+}
+
 TEST(Albef, PatchEmbeddingIsTheStridedConvolution) {
   auto g = gen(63);
   const int64_t B = 3, C = 24, p = 8, S = 32;
