@@ -8,8 +8,12 @@
 // (one thread, 2080 x 384 x 128), and fnvlp-pretrain (tiny preset, 1 rank) ran 56 samples/s
 // against 150 with the restart below. Nothing fails, so nobody notices. The kernels are chosen
 // once, before main(), from the OPENBLAS_CORETYPE environment variable; hence the restart below.
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
+
+#include "fnvlp/core/error.hpp"
 
 namespace fnvlp {
 
@@ -42,6 +46,13 @@ void use_best_blas_kernels(char** argv);
 std::string blas_description();
 // True where this process runs on kernels that use_best_blas_kernels chose.
 bool blas_core_was_replaced();
+
+// A matrix dimension as CBLAS's int, refused (naming `what`) where it does not fit.
+inline int blas_int(int64_t v, const char* what) {
+  FNVLP_CHECK(v >= 0 && v <= std::numeric_limits<int>::max(),
+              what << ": dimension " << v << " outside CBLAS's int range");
+  return static_cast<int>(v);
+}
 
 // torch::set_num_threads does not reach OpenBLAS's own thread pool: without this a rank spawns
 // one BLAS thread per core and ranks fight over cores (1.4-2.2x slower steps measured here).

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "fnvlp/core/blas.hpp"
 #include "fnvlp/core/error.hpp"
 #include "fnvlp/core/grad_accumulation.hpp"
 #include "fnvlp/core/simd_math.hpp"
@@ -135,9 +136,8 @@ struct SoftmaxCrossEntropyFn : public torch::autograd::Function<SoftmaxCrossEntr
 // Rows [begin, end) of z [rows, V] in place: z_m + b -> softmax(z_m + b) - onehot(t_m), with
 // loss[m] = lse(z_m + b) - (z_m + b)_{t_m}. A row of BERT's vocabulary (122 KB) stays in the
 // core's L2 cache across the three passes.
-FNVLP_SIMD_CLONES void rows_softmax_minus_onehot_inplace(float* z, const float* b,
-                                                         const int64_t* t, int64_t v,
-                                                         int64_t begin, int64_t end,
+FNVLP_SIMD_CLONES void rows_softmax_minus_onehot_inplace(float* z, const float* b, const int64_t* t,
+                                                         int64_t v, int64_t begin, int64_t end,
                                                          float* loss) {
   for (int64_t m = begin; m < end; ++m) {
     float* r = z + m * v;
@@ -175,11 +175,7 @@ FNVLP_SIMD_CLONES void column_sums(const float* g, int64_t rows, int64_t v, int6
   }
 }
 
-int blas_int(int64_t v) {
-  FNVLP_CHECK(v <= std::numeric_limits<int>::max(), "linear_cross_entropy: dimension " << v
-                                                                                       << " too large");
-  return static_cast<int>(v);
-}
+int blas_int(int64_t v) { return fnvlp::blas_int(v, "linear_cross_entropy"); }
 
 // The decoder's logits z = h W^T + b feed nothing but the cross-entropy, so one node does both
 // (the fused linear cross-entropy of Liger-Kernel; no chunking: M is ~70 rows here):
@@ -196,8 +192,8 @@ struct LinearCrossEntropyFn : public torch::autograd::Function<LinearCrossEntrop
     const int64_t M = h.size(0), K = h.size(1), V = weight.size(0);
     torch::Tensor g = torch::empty({M, V}, h.options());
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(M), blas_int(V), blas_int(K),
-                1.0f, h.data_ptr<float>(), blas_int(K), weight.data_ptr<float>(), blas_int(K),
-                0.0f, g.data_ptr<float>(), blas_int(V));
+                1.0f, h.data_ptr<float>(), blas_int(K), weight.data_ptr<float>(), blas_int(K), 0.0f,
+                g.data_ptr<float>(), blas_int(V));
     torch::Tensor loss = torch::empty({M}, h.options());
     float* gp = g.data_ptr<float>();
     float* lp = loss.data_ptr<float>();
@@ -220,16 +216,16 @@ struct LinearCrossEntropyFn : public torch::autograd::Function<LinearCrossEntrop
     torch::Tensor dh, dw, db;
     if (ctx->needs_input_grad(0)) {
       dh = torch::empty({M, K}, h.options());
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(M), blas_int(K),
-                  blas_int(V), s, gp, blas_int(V), weight.data_ptr<float>(), blas_int(K), 0.0f,
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(M), blas_int(K), blas_int(V),
+                  s, gp, blas_int(V), weight.data_ptr<float>(), blas_int(K), 0.0f,
                   dh.data_ptr<float>(), blas_int(K));
     }
     if (ctx->needs_input_grad(1)) {
       torch::Tensor leaf = weight;
       torch::Tensor* acc = bound_grad(leaf, g);
       if (!acc) dw = torch::empty({V, K}, g.options());
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blas_int(V), blas_int(K), blas_int(M),
-                  s, gp, blas_int(V), h.data_ptr<float>(), blas_int(K), acc ? 1.0f : 0.0f,
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blas_int(V), blas_int(K), blas_int(M), s,
+                  gp, blas_int(V), h.data_ptr<float>(), blas_int(K), acc ? 1.0f : 0.0f,
                   acc ? acc->data_ptr<float>() : dw.data_ptr<float>(), blas_int(K));
     }
     if (ctx->needs_input_grad(2)) {
@@ -254,21 +250,21 @@ void check_targets(const torch::Tensor& t, int64_t vocab) {
 
 torch::Tensor linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& weight,
                                    const torch::Tensor& bias, const torch::Tensor& targets) {
-  FNVLP_CHECK(h.dim() == 2 && weight.dim() == 2 && h.size(1) == weight.size(1) &&
-                  bias.dim() == 1 && bias.size(0) == weight.size(0),
-              "linear_cross_entropy: h " << h.sizes() << ", weight " << weight.sizes()
-                                         << ", bias " << bias.sizes());
-  FNVLP_CHECK(targets.dim() == 1 && targets.size(0) == h.size(0),
-              "linear_cross_entropy: targets must be [" << h.size(0) << "], got "
-                                                        << targets.sizes());
+  FNVLP_CHECK(h.dim() == 2 && weight.dim() == 2 && h.size(1) == weight.size(1) && bias.dim() == 1 &&
+                  bias.size(0) == weight.size(0),
+              "linear_cross_entropy: h " << h.sizes() << ", weight " << weight.sizes() << ", bias "
+                                         << bias.sizes());
+  FNVLP_CHECK(
+      targets.dim() == 1 && targets.size(0) == h.size(0),
+      "linear_cross_entropy: targets must be [" << h.size(0) << "], got " << targets.sizes());
   const auto dense_cpu_float = [](const torch::Tensor& x) {
     return x.device().is_cpu() && x.scalar_type() == torch::kFloat &&
            x.layout() == torch::kStrided && x.is_contiguous();
   };
   const torch::Tensor t = targets.to(torch::kLong).contiguous();
   const torch::Tensor x = h.contiguous();
-  if (x.size(0) == 0 || !dense_cpu_float(x) || !dense_cpu_float(weight) ||
-      !dense_cpu_float(bias) || !t.device().is_cpu())
+  if (x.size(0) == 0 || !dense_cpu_float(x) || !dense_cpu_float(weight) || !dense_cpu_float(bias) ||
+      !t.device().is_cpu())
     return mlm_loss(torch::linear(x, weight, bias), targets);
   check_targets(t, weight.size(0));
   return LinearCrossEntropyFn::apply(x, weight, bias, t);

@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <string>
 #include <vector>
 
+#include "fnvlp/core/blas.hpp"
 #include "fnvlp/core/grad_accumulation.hpp"
 #include "fnvlp/model/attention.hpp"
 #include "fnvlp/model/gelu.hpp"
@@ -128,10 +128,7 @@ struct TiedDecoderFn : public torch::autograd::Function<TiedDecoderFn> {
   }
 };
 
-int blas_int(int64_t v) {
-  FNVLP_CHECK(v <= std::numeric_limits<int>::max(), "dense: dimension " << v << " too large");
-  return static_cast<int>(v);
-}
+int blas_int(int64_t v) { return fnvlp::blas_int(v, "dense"); }
 
 // acc[j] += sum_r g[r, j] over rows [0, rows): each column's sum formed first, as autograd adds a
 // returned bias gradient, so a layer used twice in one step accumulates the same way.
@@ -184,10 +181,9 @@ struct DenseFn : public torch::autograd::Function<DenseFn> {
       torch::Tensor leaf = weight;
       torch::Tensor* acc = bound_grad(leaf, g);
       if (!acc) dw = torch::empty({out, in}, g.options());
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blas_int(out), blas_int(in),
-                  blas_int(N), 1.0f, gp, blas_int(out), x.data_ptr<float>(), blas_int(in),
-                  acc ? 1.0f : 0.0f, acc ? acc->data_ptr<float>() : dw.data_ptr<float>(),
-                  blas_int(in));
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blas_int(out), blas_int(in), blas_int(N),
+                  1.0f, gp, blas_int(out), x.data_ptr<float>(), blas_int(in), acc ? 1.0f : 0.0f,
+                  acc ? acc->data_ptr<float>() : dw.data_ptr<float>(), blas_int(in));
     }
     if (ctx->needs_input_grad(2)) {
       torch::Tensor leaf = saved[2];
@@ -219,7 +215,8 @@ void check_fuse_inputs(const torch::Tensor& text_hidden, const torch::Tensor& ma
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-torch::Tensor dense(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+torch::Tensor dense(const torch::Tensor& x, const torch::Tensor& weight,
+                    const torch::Tensor& bias) {
   const auto dense_cpu_float = [](const torch::Tensor& t) {
     return t.defined() && t.device().is_cpu() && t.scalar_type() == torch::kFloat &&
            t.layout() == torch::kStrided && t.is_contiguous();
@@ -672,9 +669,8 @@ torch::Tensor AlbefImpl::itm_logits(const torch::Tensor& fused) {
 }
 
 torch::Tensor AlbefImpl::mlm_hidden(const torch::Tensor& masked_hidden) {
-  FNVLP_CHECK(
-      masked_hidden.dim() >= 1 && masked_hidden.size(-1) == cfg_.text_width,
-      "mlm_logits: expected [..., " << cfg_.text_width << "], got " << masked_hidden.sizes());
+  FNVLP_CHECK(masked_hidden.dim() >= 1 && masked_hidden.size(-1) == cfg_.text_width,
+              "MLM head: expected [..., " << cfg_.text_width << "], got " << masked_hidden.sizes());
   return model::layer_norm(model::gelu(mlm_dense_(masked_hidden)), mlm_norm_);
 }
 

@@ -22,8 +22,6 @@
 
 namespace fnvlp::model {
 
-// y = x W^T + b, W [out, in]: torch::nn::Linear without its constructor-time initialisation, which
-// AlbefImpl::init_weights would overwrite anyway (a second pass over ~200M weights for `base`).
 // torch::linear(x, weight, bias) for x [..., in], weight [out, in], bias [out]. On CPU float32 in
 // training, one autograd node whose backward adds the weight and bias gradients straight into
 // their .grad() buffers where those exist (core/grad_accumulation.hpp): no [out, in] gradient is
@@ -31,6 +29,8 @@ namespace fnvlp::model {
 // op run per layer (44 Dense calls per tiny-preset step).
 torch::Tensor dense(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
+// y = x W^T + b, W [out, in]: torch::nn::Linear without its constructor-time initialisation, which
+// AlbefImpl::init_weights would overwrite anyway (a second pass over ~200M weights for `base`).
 class DenseImpl : public torch::nn::Module {
  public:
   DenseImpl(int64_t in, int64_t out);

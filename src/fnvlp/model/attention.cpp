@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "fnvlp/core/blas.hpp"
 #include "fnvlp/core/error.hpp"
 #include "fnvlp/core/simd_math.hpp"
 
@@ -71,10 +72,7 @@ struct Dims {
   int64_t kv_row(int64_t b) const { return kv_index ? kv_index[b] : b; }
 };
 
-int blas_int(int64_t v) {
-  FNVLP_CHECK(v <= std::numeric_limits<int>::max(), "attention: dimension " << v << " too large");
-  return static_cast<int>(v);
-}
+int blas_int(int64_t v) { return fnvlp::blas_int(v, "attention"); }
 
 // The softmax passes are independent per row: spread them over libtorch's intra-op threads (the
 // SGEMMs stay serial calls: OpenBLAS threads a large one itself and runs a small one alone).

@@ -85,9 +85,8 @@ bool fused_adamw_step(torch::optim::AdamW& opt, float grad_scale) {
     float* v = st.exp_avg_sq().data_ptr<float>();
     at::parallel_for(0, it.p.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
       update(p + begin, g + begin, m + begin, v + begin, end - begin, grad_scale, decay,
-             static_cast<float>(b1),
-             static_cast<float>(1.0 - b1), static_cast<float>(b2), static_cast<float>(1.0 - b2),
-             inv_sqrt_bc2, static_cast<float>(o.eps()), neg_step);
+             static_cast<float>(b1), static_cast<float>(1.0 - b1), static_cast<float>(b2),
+             static_cast<float>(1.0 - b2), inv_sqrt_bc2, static_cast<float>(o.eps()), neg_step);
     });
   }
   return true;

@@ -450,10 +450,10 @@ class Trainer {
       const auto tokens = model_->encode_image(images);
       const auto at_masked =
           model_->fuse_at(model_->encode_text(m.input_ids, mask), mask, tokens, m.positions);
-      after = loss::linear_cross_entropy(model_->mlm_hidden(at_masked),
-                                         model_->mlm_decoder_weight(), model_->mlm_bias(),
-                                         m.targets)
-                  .item<double>();
+      after =
+          loss::linear_cross_entropy(model_->mlm_hidden(at_masked), model_->mlm_decoder_weight(),
+                                     model_->mlm_bias(), m.targets)
+              .item<double>();
     }
     const double reward = mlm_before - after;
     falcon_->loss_backward(reward, draws_);
@@ -695,8 +695,8 @@ class Trainer {
       auto mlm_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 3);
       m = loss::mask_tokens(ids, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size, kMaskId,
                             {kPadId, kClsId, kSepId}, mlm_gen);
-      const torch::Tensor at_masked = model_->fuse_at(model_->encode_text(m.input_ids, mask),
-                                                      mask, image_keys, {}, m.positions);
+      const torch::Tensor at_masked = model_->fuse_at(model_->encode_text(m.input_ids, mask), mask,
+                                                      image_keys, {}, m.positions);
       if (momentum_) {
         const torch::Tensor logits = model_->mlm_logits(at_masked);
         // ALBEF's distilled MLM: soft labels = softmax of the momentum model's MLM logits on the
@@ -713,9 +713,9 @@ class Trainer {
         if (falcon_) mlm_hard = loss::mlm_loss(logits.detach(), m.targets).item<double>();
       } else {
         // The decoder's logits feed only this loss: one fused node (loss/mlm.hpp).
-        mlm = loss::linear_cross_entropy(model_->mlm_hidden(at_masked),
-                                         model_->mlm_decoder_weight(), model_->mlm_bias(),
-                                         m.targets);
+        mlm =
+            loss::linear_cross_entropy(model_->mlm_hidden(at_masked), model_->mlm_decoder_weight(),
+                                       model_->mlm_bias(), m.targets);
         if (falcon_) mlm_hard = mlm.item<double>();
       }
     }

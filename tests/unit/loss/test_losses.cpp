@@ -703,8 +703,9 @@ TEST(MlmLoss, LinearCrossEntropyMatchesLinearThenCrossEntropy) {
     (loss * 2.5).backward();
     if (bound) EXPECT_EQ(got[1].grad().data_ptr(), buffer);
     const auto dw = bound ? got[1].grad() - prior : got[1].grad();
-    for (const auto& [g, w] : {std::pair{got[0].grad(), want[0].grad()},
-                               std::pair{dw, want[1].grad()}, std::pair{got[2].grad(), want[2].grad()}}) {
+    for (const auto& [g, w] :
+         {std::pair{got[0].grad(), want[0].grad()}, std::pair{dw, want[1].grad()},
+          std::pair{got[2].grad(), want[2].grad()}}) {
       ASSERT_TRUE(g.defined());
       const double scale = w.abs().max().item<double>();
       EXPECT_GT(scale, 0.0);
