@@ -1,9 +1,14 @@
 #pragma once
 // Gradient accumulation fusion (Megatron-LM): a backward whose weight gradient is a GEMM adds it
 // straight into the weight's dense .grad() (beta = 1) instead of returning a fresh tensor that
-// autograd then adds there in another pass over a weight-sized buffer. Worth it for the
-// vocabulary-sized tied MLM decoder: [30522, 128] per step.
+// autograd then adds there in another pass over a weight-sized buffer. Worth it most for the
+// vocabulary-sized tied MLM decoder ([30522, 128] per step; in libtorch 1.13 the returned dense
+// gradient was also copied once more where the embedding's sparse row gradients met it). The sum
+// .grad() receives is the same; only a torch::autograd::grad() taken with respect to such a weight
+// itself would miss the term, and nothing here takes one.
 #include <torch/torch.h>
+
+#include <cstdint>
 
 namespace fnvlp {
 
@@ -19,5 +24,10 @@ inline torch::Tensor* bound_grad(torch::Tensor& leaf, const torch::Tensor& like)
     return nullptr;
   return &acc;
 }
+
+// acc[j] += sum_r g[r, j] over the rows of g [rows, cols] (a bias gradient): each column's sum is
+// formed first and then added, as autograd adds a returned gradient, so a layer used twice in one
+// step accumulates the same way.
+void add_column_sums(const float* g, int64_t rows, int64_t cols, float* acc);
 
 }  // namespace fnvlp

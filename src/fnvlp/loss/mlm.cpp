@@ -164,17 +164,6 @@ FNVLP_SIMD_CLONES void rows_softmax_minus_onehot_inplace(float* z, const float* 
   }
 }
 
-// Column sums over rows [0, rows) of g [rows, V], columns [begin, end), into out.
-FNVLP_SIMD_CLONES void column_sums(const float* g, int64_t rows, int64_t v, int64_t begin,
-                                   int64_t end, float* out) {
-  for (int64_t j = begin; j < end; ++j) out[j] = 0.0f;
-  for (int64_t m = 0; m < rows; ++m) {
-    const float* r = g + m * v;
-#pragma omp simd
-    for (int64_t j = begin; j < end; ++j) out[j] += r[j];
-  }
-}
-
 int blas_int(int64_t v) { return fnvlp::blas_int(v, "linear_cross_entropy"); }
 
 // The decoder's logits z = h W^T + b feed nothing but the cross-entropy, so one node does both
@@ -229,9 +218,8 @@ struct LinearCrossEntropyFn : public torch::autograd::Function<LinearCrossEntrop
                   acc ? acc->data_ptr<float>() : dw.data_ptr<float>(), blas_int(K));
     }
     if (ctx->needs_input_grad(2)) {
-      db = torch::empty({V}, g.options());
-      float* dp = db.data_ptr<float>();
-      at::parallel_for(0, V, 4096, [&](int64_t b, int64_t e) { column_sums(gp, M, V, b, e, dp); });
+      db = torch::zeros({V}, g.options());
+      add_column_sums(gp, M, V, db.data_ptr<float>());
       db.mul_(s);
     }
     return {dh, dw, db, torch::Tensor()};

@@ -1,7 +1,6 @@
 #include "fnvlp/model/albef.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Parallel.h>
 #include <cblas.h>
 
 #include <algorithm>
@@ -96,53 +95,7 @@ void trunc_normal_(torch::Tensor t, double std, at::Generator& gen) {
   }
 }
 
-// The MLM decoder tied to the word embeddings E [V, w]: logits = h E^T + b.
-// Its weight gradient dE = g^T h is a dense [V, w] matrix (15.6 MB at BERT's vocabulary and w =
-// 128). Returned to autograd, it is written to fresh memory and then added to E's gradient (and,
-// in libtorch 1.13, copied once more when the embedding's sparse row gradients meet it). Where E
-// already has a dense gradient (the trainer's flat buffer) the backward adds g^T h into it in the
-// GEMM itself (beta = 1) and returns no gradient for E: the "gradient accumulation fusion" of
-// Megatron-LM. The sum E.grad receives is the same; only a torch::autograd::grad() taken with
-// respect to E itself would miss this term, and nothing here takes one.
-struct TiedDecoderFn : public torch::autograd::Function<TiedDecoderFn> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& h,
-                               const torch::Tensor& weight, const torch::Tensor& bias) {
-    // A saved input leaf unpacks as the leaf itself: the backward can reach its .grad().
-    ctx->save_for_backward({h, weight});
-    return torch::addmm(bias, h, weight.t());
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &h = saved[0], &weight = saved[1];
-    const torch::Tensor g = grads[0].contiguous();
-    const torch::Tensor dh = g.mm(weight);
-    const torch::Tensor dbias = g.sum(0);
-    torch::Tensor leaf = weight;
-    if (torch::Tensor* acc = bound_grad(leaf, g)) {
-      acc->addmm_(g.t(), h);
-      return {dh, torch::Tensor(), dbias};
-    }
-    return {dh, g.t().mm(h), dbias};
-  }
-};
-
 int blas_int(int64_t v) { return fnvlp::blas_int(v, "dense"); }
-
-// acc[j] += sum_r g[r, j] over rows [0, rows): each column's sum formed first, as autograd adds a
-// returned bias gradient, so a layer used twice in one step accumulates the same way.
-void add_column_sums(const float* g, int64_t rows, int64_t cols, float* acc) {
-  at::parallel_for(0, cols, 256, [&](int64_t begin, int64_t end) {
-    std::vector<float> sum(static_cast<size_t>(end - begin), 0.0f);
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = g + r * cols + begin;
-#pragma omp simd
-      for (int64_t j = 0; j < end - begin; ++j) sum[j] += row[j];
-    }
-    for (int64_t j = begin; j < end; ++j) acc[j] += sum[j - begin];
-  });
-}
 
 // y = x W^T + b over rows x [N, in] (contiguous). Forward as libtorch's addmm (b copied into every
 // output row, then the GEMM with beta = 1: the same floats). Backward with g = dL/dy:
@@ -675,10 +628,9 @@ torch::Tensor AlbefImpl::mlm_hidden(const torch::Tensor& masked_hidden) {
 }
 
 torch::Tensor AlbefImpl::mlm_logits(const torch::Tensor& masked_hidden) {
-  const auto h = mlm_hidden(masked_hidden);
-  if (h.dim() == 2 && mlm_decoder_weight().requires_grad() && torch::GradMode::is_enabled())
-    return TiedDecoderFn::apply(h, mlm_decoder_weight(), mlm_bias_);
-  return torch::linear(h, mlm_decoder_weight(), mlm_bias_);
+  // The tied decoder is a Dense over E: in training its [V, w] weight gradient dE = g^T h (15.6 MB
+  // at BERT's vocabulary and w = 128) goes straight into E's bound gradient buffer.
+  return dense(mlm_hidden(masked_hidden), mlm_decoder_weight(), mlm_bias_);
 }
 
 const torch::Tensor& AlbefImpl::mlm_decoder_weight() const {
