@@ -11,10 +11,10 @@ namespace fnvlp {
 namespace {
 
 // Columns [begin, end) of g's column sums into sum[0, end - begin).
-FNVLP_SIMD_CLONES void column_sums(const float* g, int64_t rows, int64_t cols, int64_t begin,
+FNVLP_SIMD_CLONES void column_sums(const float* g, int64_t rows, int64_t ld, int64_t begin,
                                    int64_t end, float* sum) {
   for (int64_t r = 0; r < rows; ++r) {
-    const float* row = g + r * cols + begin;
+    const float* row = g + r * ld + begin;
 #pragma omp simd
     for (int64_t j = 0; j < end - begin; ++j) sum[j] += row[j];
   }
@@ -23,9 +23,13 @@ FNVLP_SIMD_CLONES void column_sums(const float* g, int64_t rows, int64_t cols, i
 }  // namespace
 
 void add_column_sums(const float* g, int64_t rows, int64_t cols, float* acc) {
+  add_column_sums(g, rows, cols, cols, acc);
+}
+
+void add_column_sums(const float* g, int64_t rows, int64_t cols, int64_t ld, float* acc) {
   at::parallel_for(0, cols, 4096, [&](int64_t begin, int64_t end) {
     std::vector<float> sum(static_cast<size_t>(end - begin), 0.0f);
-    column_sums(g, rows, cols, begin, end, sum.data());
+    column_sums(g, rows, ld, begin, end, sum.data());
     for (int64_t j = begin; j < end; ++j) acc[j] += sum[j - begin];
   });
 }

