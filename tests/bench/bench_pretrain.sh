@@ -10,7 +10,9 @@
 #       torch DataLoader decoding the JPEGs with PIL, NUM_WORKERS workers); samples/s over
 #       E2E_STEPS steps after SKIP untimed ones (E2E_STEPS=0: one whole epoch each);   goal >= 2x
 #   (c) fnvlp-pretrain at 2 ranks against 1 rank, samples/s as in (b);            goal >= 1.7x
-# One libtorch/BLAS thread per process (DESIGN.md §5; env/mpi-env.sh exports the variables).
+# One libtorch/BLAS thread per process (DESIGN.md §5; env/mpi-env.sh exports the variables); in
+# (b) and (c) each fnvlp rank is bound to cores/ranks cores (its prefetch thread beside the
+# compute thread), as the PyTorch side's processes share the whole machine.
 # Every round line also shows the CPU share other processes took from the machine meanwhile
 # ("foreign"), from /proc/stat minus the contender's own CPU time: rounds with a large one are
 # not comparable. The compute-only figures also come as process CPU seconds per step, which other
@@ -112,9 +114,16 @@ run_cpp_e2e() {  # run_cpp_e2e RANKS
   local len=(--set train.max_steps=$((e2e_steps + skip)))
   (( e2e_steps == 0 )) && len=(--set train.max_steps=0 --set train.epochs=1)
   rm -rf "$work/run"
-  measured mpirun --oversubscribe -np "$np" "$build/jobs/fnvlp-pretrain" --config "$config" \
-    --data "$work/train" --out "$work/run" "${len[@]}" --set train.log_every="$skip" \
-    --set train.export_embeddings=false --set checkpoint.every_steps=0
+  # The machine's cores split evenly between the ranks, as PyTorch's main process and its loader
+  # workers share all of them: a rank's compute thread and its prefetch thread then run on
+  # different cores where there are enough. Open MPI's default binds each rank (np <= 2) to one
+  # core, where the reader's ~5 ms per batch comes out of the step (1 rank: data wait 1.0-1.6%
+  # against 0.2-0.3% with two cores, tiny preset).
+  local pe=$(( cores / np ))
+  (( pe < 1 )) && pe=1
+  measured mpirun --oversubscribe -np "$np" --map-by "slot:PE=$pe" "$build/jobs/fnvlp-pretrain" \
+    --config "$config" --data "$work/train" --out "$work/run" "${len[@]}" \
+    --set train.log_every="$skip" --set train.export_embeddings=false --set checkpoint.every_steps=0
   # samples/s = steps * batch * ranks / seconds, timed from the log line of step SKIP: start-up,
   # the first batches and the final checkpoint stay outside, as pytorch_albef.py times it.
   $py - "$work/run" "$skip" "$np" <<'PY'
