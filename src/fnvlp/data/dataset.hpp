@@ -30,6 +30,11 @@ struct Batch {
   torch::Tensor pair_id;         // int64 [b]
   torch::Tensor image_id;        // int64 [b]: equal image_id = known positives
   torch::Tensor label;           // int64 [b]: semantic class, -1 unknown
+  // What a consumer's prepare hook made of the images on the reading thread (Prefetcher::
+  // set_prepare; the trainer's augmented float images) and the index it was given; undefined / -1
+  // without a hook.
+  torch::Tensor prepared;
+  int64_t prepared_for = -1;
   int64_t size() const { return pair_id.defined() ? pair_id.size(0) : 0; }
 };
 

@@ -29,6 +29,11 @@ void Prefetcher::stop() {
   ended_ = true;
 }
 
+void Prefetcher::set_prepare(Prepare prepare) {
+  FNVLP_CHECK(!thread_.joinable(), "Prefetcher::set_prepare while an epoch is being read");
+  prepare_ = std::move(prepare);
+}
+
 void Prefetcher::start_epoch(int64_t epoch) {
   stop();
   sampler_.start_epoch(epoch);
@@ -59,7 +64,7 @@ void Prefetcher::run() {
   };
   try {
     std::vector<int64_t> ids;
-    for (;;) {
+    for (int64_t index = 0;; ++index) {
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [this] { return stop_ || queue_.size() < depth_; });
@@ -73,6 +78,7 @@ void Prefetcher::run() {
       }
       item.state = sampler_.state();
       item.batch = dataset_.read(ids);
+      if (prepare_) prepare_(item.batch, index);
       push(std::move(item));
     }
   } catch (...) {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -35,6 +36,12 @@ class Prefetcher {
   ~Prefetcher();  // stops the thread (an in-flight read finishes first) and joins it
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
+
+  // Work on each batch after its read, on the reading thread (where it overlaps the consumer's
+  // step): called with the batch and its index since the last start_epoch/resume (0, 1, ...). An
+  // exception from it reaches the consumer as a failed read does. Set while no epoch runs.
+  using Prepare = std::function<void(Batch&, int64_t index)>;
+  void set_prepare(Prepare prepare);
 
   // Stops any running epoch, calls sampler.start_epoch(epoch) and starts reading ahead.
   void start_epoch(int64_t epoch);
@@ -72,6 +79,7 @@ class Prefetcher {
 
   const PairDataset& dataset_;
   Sampler& sampler_;
+  Prepare prepare_;
   const size_t depth_;
   const size_t window_;
 

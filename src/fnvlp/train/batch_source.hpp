@@ -4,6 +4,7 @@
 // when its batches depend on state updated every step (FALCON's policy picks each batch's
 // members with the current φ, falcon.txt Alg. 2).
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -19,8 +20,15 @@ class BatchSource {
   BatchSource(const data::PairDataset& dataset, data::Sampler& sampler, int depth,
               bool synchronous);
 
-  void start_epoch(int64_t epoch);
-  void resume(const nlohmann::json& state);
+  // Work on every batch before next() returns it, with the step that batch will be (first_step
+  // of the start_epoch/resume call, then one more per batch): on the prefetch thread, or inside
+  // next() when synchronous. The trainer's image augmentation, so that with a core of its own the
+  // reading thread takes it off the step. Set before the first start_epoch/resume.
+  using Prepare = std::function<void(data::Batch&, int64_t step)>;
+  void set_prepare(Prepare prepare);
+
+  void start_epoch(int64_t epoch, int64_t first_step);
+  void resume(const nlohmann::json& state, int64_t first_step);
   // Stops reading ahead so the caller may touch the sampler (between epochs).
   void halt();
   bool next(data::Batch& out);
@@ -30,9 +38,13 @@ class BatchSource {
   double wait_fraction() const;  // of the wall time since the epoch started (synchronous)
 
  private:
+  void set_prefetch_prepare(int64_t first_step);
+
   const data::PairDataset& dataset_;
   data::Sampler& sampler_;
   std::unique_ptr<data::Prefetcher> prefetch_;
+  Prepare prepare_;
+  int64_t next_step_ = 0;  // synchronous: the step of the next batch
   nlohmann::json state_;
   double wait_ = 0, wait_epoch_ = 0;
   std::chrono::steady_clock::time_point epoch_start_;

@@ -206,10 +206,17 @@ class Trainer {
     if (grouped_ && epoch_ > 0) restore_sampler_embeddings();
     BatchSource loader(dataset_, *sampler_, static_cast<int>(cfg_.train.prefetch),
                        falcon_ != nullptr);
+    // The step's augmentation runs on the prefetch thread, beside the reads (the seed is the
+    // batch's step, so what it draws does not depend on where it runs).
+    loader.set_prepare([this](data::Batch& b, int64_t step) {
+      auto gen = step_generator(cfg_.train.seed, step, comm_.rank(), 1);
+      b.prepared = augment_.train(b.images, gen);
+      b.prepared_for = step;
+    });
     if (resumed && !sampler_state.is_null())
-      loader.resume(sampler_state);
+      loader.resume(sampler_state, step_);
     else
-      loader.start_epoch(epoch_);
+      loader.start_epoch(epoch_, step_);
     if (comm_.is_root())
       spdlog::info(
           "pretrain: {} pairs, {} ranks x batch {}, {} steps/epoch, {} steps, model {:.1f} M "
@@ -233,7 +240,7 @@ class Trainer {
       if (step_in_epoch_ == epoch_steps(epoch_)) {
         loader.halt();
         finish_epoch(dog, metrics);
-        loader.start_epoch(++epoch_);
+        loader.start_epoch(++epoch_, step_);
         step_in_epoch_ = 0;
         continue;
       }
@@ -599,11 +606,17 @@ class Trainer {
         !(step_ == cfg_.train.inject_throw_step && comm_.rank() == cfg_.train.inject_throw_rank),
         "injected failure at step " << step_ << " (train.inject_throw_step)");
     fault::at_step(step_);  // FNVLP_FAULT step.kill / step.sleep / step.throw (core/fault.hpp)
-    auto aug_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 1);
-    const torch::Tensor images = augment_.train(batch.images, aug_gen);
+    // Augmented for this step by the loader (BatchSource::set_prepare), or here.
+    FNVLP_CHECK(!batch.prepared.defined() || batch.prepared_for == step_,
+                "batch augmented for step " << batch.prepared_for << " arrived at step " << step_);
+    torch::Tensor images = batch.prepared;
+    if (!images.defined()) {
+      auto aug_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 1);
+      images = augment_.train(batch.images, aug_gen);
+    }
     const torch::Tensor ids = batch.tokens, mask = batch.attention_mask;
 
-    phases_.lap(PhaseClock::kBatch);  // its augmentation
+    phases_.lap(PhaseClock::kBatch);  // its augmentation, where the loader did not make it
     // ITC against the global batch (embeddings all-gathered without gradient, exact gradient
     // restored through the cross-rank term, see loss/itc.hpp).
     const torch::Tensor image_tokens = model_->encode_image(images);

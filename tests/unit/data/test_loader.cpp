@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "fnvlp/data/prefetch.hpp"
 #include "fnvlp/data/sampler.hpp"
 #include "fnvlp/data/shard.hpp"
+#include "fnvlp/train/batch_source.hpp"
 
 namespace fnvlp::data {
 namespace {
@@ -466,6 +468,76 @@ TEST(Prefetcher, DeliversTheSameSequenceAsDirectReadsAndResumes) {
                                          b.pair_id.data_ptr<int64_t>() + b.size()));
   EXPECT_EQ(again, rest);
   EXPECT_FALSE(rest.empty());
+}
+
+// The prepare hook (the trainer's augmentation) runs on the reading thread, once per batch, with
+// the batch's index since start_epoch/resume; BatchSource turns that into the step the batch will
+// be, in both its threaded and its synchronous mode.
+TEST(Prefetcher, PreparesEachBatchOnTheReadingThreadWithItsIndex) {
+  const std::string dir = tmpdir("prefetch_prepare");
+  testutil::write_test_dataset(dir, 30);
+  PairDataset ds(dir);
+  const BlockPartition p(ds.num_pairs(), 1);
+  UniformSampler sampler(p, 4, 5, 0);
+  Prefetcher pf(ds, sampler, 2);
+  const auto consumer = std::this_thread::get_id();
+  std::atomic<int> on_consumer{0};
+  pf.set_prepare([&](Batch& b, int64_t index) {
+    if (std::this_thread::get_id() == consumer) ++on_consumer;
+    b.prepared = b.pair_id * 10 + index;
+    b.prepared_for = index;
+  });
+  pf.start_epoch(0);
+  Batch b;
+  int64_t n = 0;
+  nlohmann::json after_two;
+  while (pf.next(b)) {
+    EXPECT_EQ(b.prepared_for, n);
+    EXPECT_TRUE(torch::equal(b.prepared, b.pair_id * 10 + n));
+    if (++n == 2) after_two = pf.state();
+  }
+  EXPECT_EQ(n, sampler.batches_per_epoch());
+  EXPECT_EQ(on_consumer.load(), 0);
+  EXPECT_THROW(
+      {
+        pf.start_epoch(1);
+        pf.set_prepare(nullptr);
+      },
+      fnvlp::Error)
+      << "the hook is replaced only while no epoch is read";
+  pf.halt();
+  pf.resume(after_two);
+  ASSERT_TRUE(pf.next(b));
+  EXPECT_EQ(b.prepared_for, 0) << "indices count from the resume";
+
+  // A failing hook reaches the consumer as a failed read does.
+  pf.halt();
+  pf.set_prepare([](Batch&, int64_t index) {
+    if (index == 1) FNVLP_FAIL("augmentation failed at index " << index);
+  });
+  pf.start_epoch(0);
+  EXPECT_TRUE(pf.next(b));
+  EXPECT_THROW(pf.next(b), fnvlp::Error);
+
+  for (const bool synchronous : {false, true}) {
+    SCOPED_TRACE(synchronous ? "synchronous" : "prefetch thread");
+    UniformSampler s2(p, 4, 5, 0);
+    fnvlp::train::BatchSource source(ds, s2, 2, synchronous);
+    std::vector<int64_t> steps;
+    source.set_prepare([&](Batch& batch, int64_t step) { batch.prepared_for = step; });
+    source.start_epoch(0, 100);
+    for (int i = 0; i < 3 && source.next(b); ++i) steps.push_back(b.prepared_for);
+    const nlohmann::json st = source.state();
+    source.halt();
+    source.start_epoch(1, 103);
+    ASSERT_TRUE(source.next(b));
+    steps.push_back(b.prepared_for);
+    source.halt();
+    source.resume(st, 103);
+    ASSERT_TRUE(source.next(b));
+    steps.push_back(b.prepared_for);
+    EXPECT_EQ(steps, (std::vector<int64_t>{100, 101, 102, 103, 103}));
+  }
 }
 
 TEST(Prefetcher, ReportsTheTimeTheConsumerWaited) {
