@@ -3,10 +3,10 @@
 // tokens of the tiny preset's batch, N = 30522 word embeddings, K = the text width).
 //
 // OpenBLAS packs B, the 15.6 MB embedding matrix, into its panel layout on every call and runs
-// this shape at 57-60 GFLOP/s on one Zen 4 core (K = 128); streaming B's rows straight into
-// broadcast FMAs against a transposed copy of A (a few KB, in L1) instead runs it at ~80 on the
-// same core (7.0 against 9.0 ms per call at M = 70, 6.2 against 8.5 at M = 64, caches flushed
-// before each call; equal at M = 320, above which OpenBLAS runs it).
+// this shape at 48-62 GFLOP/s on one Zen 4 core (M = 40-74, K = 128); streaming B's rows straight
+// into broadcast FMAs against a transposed copy of A (a few KB, in L1) runs it at 57-82 on the
+// same core (7.0-7.3 against 8.8-9.0 ms per call at M = 70, 6.1-6.2 against 8.4-8.5 at M = 64,
+// caches flushed before each call; equal at M = 320, above which OpenBLAS runs it).
 #include <cstdint>
 
 namespace fnvlp {
