@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "fnvlp/core/blas.hpp"
+#include "fnvlp/core/cpu_float.hpp"
 #include "fnvlp/core/error.hpp"
 #include "fnvlp/core/gemm_few_rows.hpp"
 #include "fnvlp/core/grad_accumulation.hpp"
@@ -259,14 +260,10 @@ torch::Tensor linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& 
   FNVLP_CHECK(
       targets.dim() == 1 && targets.size(0) == h.size(0),
       "linear_cross_entropy: targets must be [" << h.size(0) << "], got " << targets.sizes());
-  const auto dense_cpu_float = [](const torch::Tensor& x) {
-    return x.device().is_cpu() && x.scalar_type() == torch::kFloat &&
-           x.layout() == torch::kStrided && x.is_contiguous();
-  };
   const torch::Tensor t = targets.to(torch::kLong).contiguous();
   const torch::Tensor x = h.contiguous();
-  if (x.size(0) == 0 || !dense_cpu_float(x) || !dense_cpu_float(weight) || !dense_cpu_float(bias) ||
-      !t.device().is_cpu())
+  if (x.size(0) == 0 || !is_dense_cpu_float(x) || !is_dense_cpu_float(weight) ||
+      !is_dense_cpu_float(bias) || !t.device().is_cpu())
     return mlm_loss(torch::linear(x, weight, bias), targets);
   check_targets(t, weight.size(0));
   return LinearCrossEntropyFn::apply(x, weight, bias, t);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fnvlp/core/blas.hpp"
+#include "fnvlp/core/cpu_float.hpp"
 #include "fnvlp/core/grad_accumulation.hpp"
 #include "fnvlp/model/attention.hpp"
 #include "fnvlp/model/gelu.hpp"
@@ -170,12 +171,8 @@ void check_fuse_inputs(const torch::Tensor& text_hidden, const torch::Tensor& ma
 // ---------------------------------------------------------------------------------------------
 torch::Tensor dense(const torch::Tensor& x, const torch::Tensor& weight,
                     const torch::Tensor& bias) {
-  const auto dense_cpu_float = [](const torch::Tensor& t) {
-    return t.defined() && t.device().is_cpu() && t.scalar_type() == torch::kFloat &&
-           t.layout() == torch::kStrided && t.is_contiguous();
-  };
   if (!torch::GradMode::is_enabled() || x.dim() < 1 || x.size(-1) != weight.size(1) ||
-      !dense_cpu_float(x) || !dense_cpu_float(weight) || !dense_cpu_float(bias) ||
+      !is_dense_cpu_float(x) || !is_dense_cpu_float(weight) || !is_dense_cpu_float(bias) ||
       !(weight.requires_grad() || bias.requires_grad()))
     return torch::linear(x, weight, bias);
   std::vector<int64_t> shape = x.sizes().vec();

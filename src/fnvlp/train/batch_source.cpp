@@ -14,16 +14,20 @@ BatchSource::BatchSource(const data::PairDataset& dataset, data::Sampler& sample
   if (!synchronous) prefetch_ = std::make_unique<data::Prefetcher>(dataset, sampler, depth);
 }
 
-void BatchSource::set_prepare(Prepare prepare) { prepare_ = std::move(prepare); }
+void BatchSource::set_prepare(Prepare prepare) {
+  prepare_ = std::move(prepare);
+  if (!prefetch_) return;
+  if (!prepare_) return prefetch_->set_prepare(nullptr);
+  prefetch_->set_prepare([this](data::Batch& b, int64_t i) { prepare_(b, first_step_ + i); });
+}
 
 void BatchSource::start_epoch(int64_t epoch, int64_t first_step) {
   epoch_start_ = std::chrono::steady_clock::now();
   wait_epoch_ = 0;
-  next_step_ = first_step;
-  if (prefetch_) {
-    set_prefetch_prepare(first_step);
-    return prefetch_->start_epoch(epoch);
-  }
+  halt();  // the reading thread reads first_step_: write it while none runs
+  first_step_ = first_step;
+  served_ = 0;
+  if (prefetch_) return prefetch_->start_epoch(epoch);
   sampler_.start_epoch(epoch);
   state_ = sampler_.state();
 }
@@ -31,20 +35,12 @@ void BatchSource::start_epoch(int64_t epoch, int64_t first_step) {
 void BatchSource::resume(const nlohmann::json& state, int64_t first_step) {
   epoch_start_ = std::chrono::steady_clock::now();
   wait_epoch_ = 0;
-  next_step_ = first_step;
-  if (prefetch_) {
-    set_prefetch_prepare(first_step);
-    return prefetch_->resume(state);
-  }
+  halt();  // the reading thread reads first_step_: write it while none runs
+  first_step_ = first_step;
+  served_ = 0;
+  if (prefetch_) return prefetch_->resume(state);
   sampler_.load_state(state);
   state_ = sampler_.state();
-}
-
-void BatchSource::set_prefetch_prepare(int64_t first_step) {
-  prefetch_->halt();  // the thread reads with the hook: replace it only while none runs
-  if (!prepare_) return prefetch_->set_prepare(nullptr);
-  prefetch_->set_prepare(
-      [this, first_step](data::Batch& b, int64_t index) { prepare_(b, first_step + index); });
 }
 
 void BatchSource::halt() {
@@ -61,8 +57,8 @@ bool BatchSource::next(data::Batch& out) {
   const double dt = since(t0);
   wait_ += dt;
   wait_epoch_ += dt;
-  if (prepare_) prepare_(out, next_step_);  // the step's own work, not waiting for data
-  ++next_step_;
+  if (prepare_) prepare_(out, first_step_ + served_);  // the step's own work, not data wait
+  ++served_;
   return true;
 }
 

@@ -38,13 +38,12 @@ class BatchSource {
   double wait_fraction() const;  // of the wall time since the epoch started (synchronous)
 
  private:
-  void set_prefetch_prepare(int64_t first_step);
-
   const data::PairDataset& dataset_;
   data::Sampler& sampler_;
   std::unique_ptr<data::Prefetcher> prefetch_;
   Prepare prepare_;
-  int64_t next_step_ = 0;  // synchronous: the step of the next batch
+  int64_t first_step_ = 0;  // the step of the first batch since start_epoch/resume
+  int64_t served_ = 0;      // synchronous: batches returned since then
   nlohmann::json state_;
   double wait_ = 0, wait_epoch_ = 0;
   std::chrono::steady_clock::time_point epoch_start_;

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <vector>
 
+#include "fnvlp/core/cpu_float.hpp"
+
 namespace fnvlp::train {
 
 namespace {
@@ -15,11 +17,6 @@ struct Item {
   torch::optim::AdamWParamState* state;
   const torch::optim::AdamWOptions* options;
 };
-
-bool dense_cpu_float(const torch::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && t.scalar_type() == torch::kFloat &&
-         t.layout() == torch::kStrided && t.is_contiguous();
-}
 
 // The element-wise update; the float casts of the scalars are the ones libtorch's tensor ops make.
 // g_i * grad_scale is the float clip_grad_norm_'s in-place scaling would have stored.
@@ -52,12 +49,13 @@ bool fused_adamw_step(torch::optim::AdamW& opt, float grad_scale) {
       if (!g.defined()) continue;  // libtorch skips it too
       // The state map's key, as libtorch's optimizers and their serialisation form it.
       auto it = states.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
-      if (it == states.end() || !dense_cpu_float(p) || !dense_cpu_float(g)) {
+      if (it == states.end() || !is_dense_cpu_float(p) || !is_dense_cpu_float(g)) {
         fused = false;
         continue;
       }
       auto* st = static_cast<torch::optim::AdamWParamState*>(it->second.get());
-      if (!dense_cpu_float(st->exp_avg()) || !dense_cpu_float(st->exp_avg_sq())) fused = false;
+      if (!is_dense_cpu_float(st->exp_avg()) || !is_dense_cpu_float(st->exp_avg_sq()))
+        fused = false;
       items.push_back({p, g, st, &options});
     }
   }

@@ -606,17 +606,13 @@ class Trainer {
         !(step_ == cfg_.train.inject_throw_step && comm_.rank() == cfg_.train.inject_throw_rank),
         "injected failure at step " << step_ << " (train.inject_throw_step)");
     fault::at_step(step_);  // FNVLP_FAULT step.kill / step.sleep / step.throw (core/fault.hpp)
-    // Augmented for this step by the loader (BatchSource::set_prepare), or here.
-    FNVLP_CHECK(!batch.prepared.defined() || batch.prepared_for == step_,
+    // Augmented for this step by the loader (BatchSource::set_prepare in run()).
+    FNVLP_CHECK(batch.prepared.defined() && batch.prepared_for == step_,
                 "batch augmented for step " << batch.prepared_for << " arrived at step " << step_);
-    torch::Tensor images = batch.prepared;
-    if (!images.defined()) {
-      auto aug_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 1);
-      images = augment_.train(batch.images, aug_gen);
-    }
+    const torch::Tensor& images = batch.prepared;
     const torch::Tensor ids = batch.tokens, mask = batch.attention_mask;
 
-    phases_.lap(PhaseClock::kBatch);  // its augmentation, where the loader did not make it
+    phases_.lap(PhaseClock::kBatch);
     // ITC against the global batch (embeddings all-gathered without gradient, exact gradient
     // restored through the cross-rank term, see loss/itc.hpp).
     const torch::Tensor image_tokens = model_->encode_image(images);
