@@ -9,13 +9,14 @@
 int main(int argc, char** argv) {
   return fnvlp::job_main(
       argc, argv, "fnvlp-pretrain", [](fnvlp::Comm& comm, int argc, char** argv) {
-        std::string config_path;
+        std::vector<std::string> config_paths;
         fnvlp::train::PretrainOptions opt;
         std::vector<std::string> overrides;
         cxxopts::Options cli("fnvlp-pretrain", "ALBEF-style pretraining (run under srun/mpirun)");
         // clang-format off
     cli.add_options()
-      ("config", "YAML config (jobs/configs/*.yaml)", cxxopts::value(config_path))
+      ("config", "YAML config (jobs/configs/*.yaml); repeat to layer overlays "
+       "(--config tiny.yaml --config methods/glofnd.yaml)", cxxopts::value(config_paths))
       ("data", "sharded dataset directory (fnvlp-shard)", cxxopts::value(opt.data_dir))
       ("out", "run directory", cxxopts::value(opt.run_dir))
       ("val", "held-out shards: zero-shot retrieval at every epoch end", cxxopts::value(opt.val_dir))
@@ -31,8 +32,11 @@ int main(int argc, char** argv) {
           return 0;
         }
         FNVLP_CHECK(!opt.data_dir.empty() && !opt.run_dir.empty(), "--data and --out are required");
-        const auto cfg =
-            fnvlp::config::load_typed<fnvlp::train::PretrainConfig>(config_path, overrides);
+        std::vector<std::string> notes;
+        const auto cfg = fnvlp::config::load_typed<fnvlp::train::PretrainConfig>(config_paths,
+                                                                                 overrides, &notes);
+        if (comm.is_root())
+          for (const auto& n : notes) std::cerr << "fnvlp-pretrain: " << n << "\n";
         opt.config_yaml = fnvlp::config::dump(fnvlp::config::to_yaml(cfg));
         return fnvlp::train::run_pretraining(comm, cfg, opt);
       });

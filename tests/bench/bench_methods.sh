@@ -32,7 +32,7 @@ common=(--config "$root/jobs/configs/tiny.yaml" --data "$work/shards" --set trai
 declare -A args=(
   [uniform]=""
   [glofnd]="--set negatives.method=glofnd"
-  [grit]="--set sampler.kind=grit --set sampler.q=1"
+  [grit]="--set sampler.kind=grit --set sampler.grit.q=1"
   [falcon]="--set sampler.kind=falcon")
 order=(uniform glofnd grit falcon)
 for r in $(seq 1 "$rounds"); do

@@ -118,7 +118,9 @@ class StepBench {
                                 batch.image_id.data_ptr<int64_t>() + batch.size());
       in.image_id_all = torch::tensor(comm_.allgatherv(mine), torch::kLong);
     }
-    in.soft = loss::parse_soft_targets(cfg_.loss.soft_targets);
+    in.soft = cfg_.loss.soft_targets == negatives::SoftTargetsKind::kNone
+                  ? loss::SoftTargets::kNone
+                  : loss::SoftTargets::kPseudo;
     in.soft_weight = cfg_.loss.soft_weight;
     in.cross_rank_grad = comm_.size() > 1;
     const loss::ItcResult itc = loss::itc_loss(in);

@@ -4,7 +4,7 @@
 #  - a rank stalled at step k: the watchdog aborts the job (exit 4) naming a rank and step k;
 #  - a NaN loss on one rank: every rank skips that step, counted in metrics and summary;
 #    N in a row end the run on every rank.
-# (The train.inject_* config knobs for the same faults: tests/integration/pretrain_run.sh.)
+# (The fault.* config knobs for the same faults: tests/integration/pretrain_run.sh.)
 source "$(dirname "$0")/lib.sh"
 make_data
 

@@ -51,12 +51,12 @@ check uniform 'all(r["phase_ms"]["falcon"] < 0.02 * r["phase_ms"]["forward"] for
   "no FALCON work without FALCON"
 
 # This checks the wiring, not convergence (the unit tests show λ reaching the exact quantile): an
-# anchor's λ moves about glofnd_lr per epoch (one Adam step per visit), and the tiny model's
+# anchor's λ moves about negatives.glofnd.lr per epoch (one Adam step per visit), and the tiny model's
 # similarities stay within ~0.001 of each other over two epochs here, so λ starts at 0.5 and
 # steps 0.3 per visit: it passes below the similarities in epoch 1, where negatives above it must
 # leave the loss (and the telemetry must say so).
-glofnd=(--set negatives.method=glofnd --set negatives.alpha=0.05 --set negatives.glofnd_init=0.5
-        --set negatives.glofnd_lr=0.3)
+glofnd=(--set negatives.method=glofnd --set negatives.alpha=0.05 --set negatives.glofnd.init=0.5
+        --set negatives.glofnd.lr=0.3)
 run glofnd "${glofnd[@]}"
 check glofnd 'm[-1]["lambda_image_mean"] < 0.5 and any(r.get("filtered_frac_i2t", 0) > 0 for r in m)' \
   "GloFND's λ leaves its initial value and filters"
@@ -74,7 +74,7 @@ PY
 
 echo "== glofnd stopped at 2 ranks, resumed at 1 rank"
 set +e
-run glofnd_r "${glofnd[@]}" --set train.inject_stop_step=20
+run glofnd_r "${glofnd[@]}" --set fault.stop_step=20
 rc=$?
 set -e
 [ "$rc" -eq 3 ] || fail "stopped glofnd run exited $rc, expected 3"
@@ -97,7 +97,7 @@ PY
 run fnc --set negatives.method=fnc --set negatives.alpha=0.05
 check fnc 'all(0 < r["filtered_frac_i2t"] < 0.1 for r in m)' "FNC filters ceil(alpha * n_neg) per anchor"
 
-run srcl --set negatives.method=srcl --set negatives.srcl_helper="$work/uniform/checkpoints/latest"
+run srcl --set negatives.method=srcl --set negatives.srcl.helper="$work/uniform/checkpoints/latest"
 check srcl 'm[0]["srcl_helper_weight"] > m[-1]["srcl_helper_weight"] >= 0' "SRCL's helper weight decays"
 run srcl_nohelper --set negatives.method=srcl --set train.epochs=1
 check srcl_nohelper 'm[-1]["srcl_helper_weight"] == 0' "SRCL without a helper uses the model alone"
@@ -106,7 +106,7 @@ run tcl --set loss.tcl=true
 check tcl 'all(r["imc"] > 0 and r["lmi"] > 0 for r in m)' "TCL logs IMC and LMI"
 
 grouped=(--set sampler.search_space=128)
-run grit "${grouped[@]}" --set sampler.kind=grit --set sampler.q=1
+run grit "${grouped[@]}" --set sampler.kind=grit --set sampler.grit.q=1
 check grit 'all(r["q_mean"] == 1 for r in m if r["epoch"] == 1) and not any("q_mean" in r for r in m if r["epoch"] == 0)' \
   "GRIT: epoch 0 uniform, then picks at q = 1"
 # FALCON Fig. 2: grouping by the most similar raises the in-batch false-negative rate.
@@ -120,7 +120,7 @@ u, g = rate(sys.argv[1]), rate(sys.argv[2])
 assert g > 1.3 * u, f"GRIT q=1 same-label rate {g:.3f} not above uniform's {u:.3f}"
 print(f"ok   in-batch same-label rate, epoch 1: GRIT q=1 {g:.3f} > uniform {u:.3f}")
 PY
-run softening "${grouped[@]}" --set sampler.kind=grit --set sampler.schedule=softening --set train.epochs=3
+run softening "${grouped[@]}" --set sampler.kind=grit --set sampler.grit.schedule=softening --set train.epochs=3
 check softening '[round(r["q_mean"], 6) for r in m if r["epoch"] == 1][0] == 1 and [r["q_mean"] for r in m if r["epoch"] == 2][-1] == 0' \
   "progressive softening: q 1 in the first grouped epoch, 0 in the last"
 
@@ -131,7 +131,7 @@ check falcon 'all("falcon_reward" in r and 0 < r["q_mean"] < 1 for r in m if r["
   "FALCON draws q in (0, 1) per anchor and logs its REINFORCE reward"
 echo "== falcon stopped mid grouped epoch, resumed: same losses as uninterrupted"
 set +e
-run falcon_r "${grouped[@]}" --set sampler.kind=falcon --set train.log_every=1 --set train.inject_stop_step=22
+run falcon_r "${grouped[@]}" --set sampler.kind=falcon --set train.log_every=1 --set fault.stop_step=22
 rc=$?
 set -e
 [ "$rc" -eq 3 ] || fail "stopped falcon run exited $rc, expected 3"

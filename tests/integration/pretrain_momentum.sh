@@ -26,7 +26,7 @@ done
 echo "== stopped after step 2, then resumed"
 set +e
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" "${momentum[@]}" --out "$work/b" \
-  --set train.inject_stop_step=2
+  --set fault.stop_step=2
 rc=$?
 set -e
 [ "$rc" -eq 3 ] || fail "stopped run exited $rc, expected the requeue code 3"

@@ -27,7 +27,7 @@ ls "$work/a/embeddings/"epoch-*.h5 >/dev/null || fail "no embeddings exported"
 
 echo "== injected stop after step 5, then resume"
 set +e
-"${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/b" --set train.inject_stop_step=5
+"${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/b" --set fault.stop_step=5
 rc=$?
 set -e
 [ "$rc" -eq 3 ] || fail "stopped run exited $rc, expected the requeue code 3"
@@ -47,7 +47,7 @@ set -e
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --set train.max_steps=40 --out "$work/d"
 
 echo "== embeddings on demand: SIGUSR2 (injected after step 5; real, to mpirun) exports and goes on"
-"${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/x" --set train.inject_export_step=5
+"${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/x" --set fault.export_step=5
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --set train.max_steps=40 --out "$work/y" &
 pid=$!
 wait_metrics_lines "$work/y" 3
@@ -57,7 +57,7 @@ wait "$pid" || fail "run exported on SIGUSR2 exited $?"
 
 echo "== non-finite loss on rank 1 at step 4"
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/e" \
-  --set train.inject_nonfinite_step=4 --set train.inject_nonfinite_rank=1
+  --set fault.nonfinite_step=4 --set fault.nonfinite_rank=1
 
 echo "== SIGKILL of every rank mid-run (a checkpoint every step), then resume"
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/f" --set checkpoint.every_steps=1 &
@@ -73,7 +73,7 @@ echo "== an exception on rank 1 at step 3 ends every rank"
 t0=$(date +%s)
 set +e
 timeout 120 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/g" \
-  --set train.inject_throw_step=3 --set train.inject_throw_rank=1
+  --set fault.throw_step=3 --set fault.throw_rank=1
 rc=$?
 set -e
 elapsed=$(( $(date +%s) - t0 ))

@@ -7,8 +7,8 @@
 
 #include "fnvlp/loss/itc.hpp"
 #include "fnvlp/model/albef.hpp"
+#include "fnvlp/negatives/momentum.hpp"
 #include "fnvlp/train/grad_sync.hpp"
-#include "fnvlp/train/momentum.hpp"
 
 using fnvlp::Comm;
 
@@ -126,7 +126,7 @@ double worst_relative(const std::vector<torch::Tensor>& a, const std::vector<tor
 // One replica with momentum distillation: online model, momentum model, queue.
 struct Replica {
   fnvlp::model::Albef model{nullptr}, momentum{nullptr};
-  fnvlp::train::FeatureQueue queue{nullptr};
+  fnvlp::negatives::FeatureQueue queue{nullptr};
   Replica(int64_t queue_size) {
     torch::manual_seed(7);
     model = fnvlp::model::Albef(tiny());
@@ -138,7 +138,7 @@ struct Replica {
     // errors. Data-parallel exactness does not depend on the momentum weights.
     momentum = fnvlp::model::Albef(tiny(), 1);
     momentum->eval();
-    queue = fnvlp::train::FeatureQueue(queue_size, tiny().embed_dim);
+    queue = fnvlp::negatives::FeatureQueue(queue_size, tiny().embed_dim);
   }
   // The trainer's step for the rows [first, first + b) of g (gathered over `comm` when given):
   // momentum ITC loss, backward, averaged gradients, SGD (a small step: a large one makes the
@@ -178,7 +178,7 @@ struct Replica {
       for (auto& p : model->parameters())
         if (p.grad().defined()) p.sub_(0.01 * p.grad());
     }
-    fnvlp::train::ema_update(*momentum, *model, 0.9);
+    fnvlp::negatives::ema_update(*momentum, *model, 0.9);
     queue->enqueue(mi.img_m_all, mi.txt_m_all, g.image_id, torch::arange(g.image_id.size(0)));
     return g_out;
   }

@@ -55,6 +55,80 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
   leaf[parts.back()] = value;
 }
 
+namespace {
+
+std::vector<std::string> split_dotted(const std::string& key) {
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+  return parts;
+}
+
+// The node at `parts` (undefined when a component is missing or not a mapping).
+YAML::Node find(const YAML::Node& root, const std::vector<std::string>& parts) {
+  std::vector<YAML::Node> chain{root};
+  for (const auto& p : parts) {
+    const YAML::Node cur = chain.back();
+    if (!cur.IsMap() || !cur[p]) return YAML::Node(YAML::NodeType::Undefined);
+    chain.push_back(cur[p]);
+  }
+  return chain.back();
+}
+
+void merge_into(YAML::Node dst, const YAML::Node& src) {
+  for (const auto& kv : src) {
+    const auto key = kv.first.as<std::string>();
+    if (kv.second.IsMap() && dst[key] && dst[key].IsMap())
+      merge_into(dst[key], kv.second);
+    else
+      dst[key] = YAML::Clone(kv.second);
+  }
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+void apply_renames(YAML::Node& root, const std::vector<RenamedKey>& renames,
+                   std::vector<std::string>* notes) {
+  for (const auto& r : renames) {
+    const auto from = split_dotted(r.from);
+    YAML::Node value = find(root, from);
+    if (!value.IsDefined()) continue;
+    std::string to = r.to;
+    // `loss.tcl: {enabled: ...}` is already the new form of a key renamed to loss.tcl.enabled.
+    if (ends_with(to, ".enabled") && to.substr(0, to.size() - 8) == r.from && value.IsMap())
+      continue;
+    FNVLP_CHECK(!find(root, split_dotted(to)).IsDefined(),
+                "config: both '" << r.from << "' (old name) and '" << to << "' are set");
+    const YAML::Node moved = YAML::Clone(value);
+    YAML::Node parent = from.size() == 1 ? root : find(root, {from.begin(), from.end() - 1});
+    parent.remove(from.back());
+    apply_override(root, to + "=" + dump(moved));
+    if (notes) notes->push_back(std::string("config: '") + r.from + "' is now '" + to + "'");
+  }
+}
+
+YAML::Node load_layers(const std::vector<std::string>& paths,
+                       const std::vector<std::string>& overrides,
+                       const std::vector<RenamedKey>& renames, std::vector<std::string>* notes) {
+  YAML::Node root(YAML::NodeType::Map);
+  for (const auto& path : paths) {
+    YAML::Node layer = load(path);
+    apply_renames(layer, renames, notes);
+    merge_into(root, layer);
+  }
+  for (const auto& o : overrides) {
+    YAML::Node layer(YAML::NodeType::Map);
+    apply_override(layer, o);
+    apply_renames(layer, renames, notes);
+    merge_into(root, layer);
+  }
+  return root;
+}
+
 void Reader::finish() const {
   if (!node_ || !node_.IsMap()) return;
   std::vector<std::string> unknown;

@@ -31,7 +31,42 @@ struct has_fields : std::false_type {};
 template <typename T>
 struct has_fields<T, std::void_t<decltype(std::declval<T&>().fields(std::declval<int&>()))>>
     : std::true_type {};
+template <typename T, typename = void>
+struct has_renamed_keys : std::false_type {};
+template <typename T>
+struct has_renamed_keys<T, std::void_t<decltype(T::renamed_keys())>> : std::true_type {};
 }  // namespace detail
+
+// An enum field is read and written by name: the enum's namespace declares
+//   const std::vector<std::pair<E, const char*>>& enum_names(E);
+// and a value outside the names is a load error listing them.
+template <typename E>
+E enum_from_name(const std::string& name, const std::string& path) {
+  std::string choices;
+  for (const auto& [value, n] : enum_names(E{})) {
+    if (name == n) return value;
+    choices += choices.empty() ? n : std::string(" | ") + n;
+  }
+  FNVLP_FAIL("config: '" << path << "' has value '" << name << "' (expected " << choices << ")");
+}
+template <typename E>
+const char* enum_to_name(E value) {
+  for (const auto& [v, n] : enum_names(E{}))
+    if (v == value) return n;
+  FNVLP_FAIL("config: enum value " << static_cast<int>(value) << " has no name");
+}
+
+// A key that moved: `from` (dotted) is read as `to`. Old run directories' config.yaml files and
+// old --set overrides keep loading; each rename applied is reported through `notes`.
+struct RenamedKey {
+  const char* from;
+  const char* to;
+};
+// Moves every `from` present in `root` to `to`; a scalar found where `to` ends in ".enabled"
+// keeps its meaning (`loss.tcl: true` -> `loss.tcl.enabled: true`). Both present: error naming
+// the two keys.
+void apply_renames(YAML::Node& root, const std::vector<RenamedKey>& renames,
+                   std::vector<std::string>* notes = nullptr);
 
 class Reader {
  public:
@@ -50,6 +85,15 @@ class Reader {
       Reader sub(value, path);
       out.fields(sub);
       sub.finish();
+    } else if constexpr (std::is_enum_v<T>) {
+      std::string name;
+      try {
+        name = value.as<std::string>();
+      } catch (const YAML::Exception&) {
+        FNVLP_FAIL("config: '" << path << "' has value '" << YAML::Dump(value)
+                               << "' that is not a name");
+      }
+      out = enum_from_name<T>(name, path);
     } else {
       try {
         out = value.as<T>();
@@ -94,6 +138,8 @@ class Writer {
       Writer w(sub);
       const_cast<T&>(value).fields(w);
       node_[key] = sub;
+    } else if constexpr (std::is_enum_v<T>) {
+      node_[key] = enum_to_name(value);
     } else {
       node_[key] = value;
     }
@@ -120,11 +166,30 @@ YAML::Node to_yaml(const T& cfg) {
 }
 
 // Convenience for mains: file + overrides -> typed struct.
+// Loads several files, each a layer over the previous one (mappings merge key by key, any other
+// value replaces): `--config base.yaml --config methods/glofnd.yaml`; then the overrides. The
+// renames apply to each file and each override key before they are merged.
+YAML::Node load_layers(const std::vector<std::string>& paths,
+                       const std::vector<std::string>& overrides = {},
+                       const std::vector<RenamedKey>& renames = {},
+                       std::vector<std::string>* notes = nullptr);
+
+// Convenience for mains: files (layered) + overrides -> typed struct, with T::renamed_keys()
+// applied when T declares them.
 template <typename T>
-T load_typed(const std::string& path, const std::vector<std::string>& overrides) {
+T load_typed(const std::vector<std::string>& paths, const std::vector<std::string>& overrides,
+             std::vector<std::string>* notes = nullptr) {
+  std::vector<RenamedKey> renames;
+  if constexpr (detail::has_renamed_keys<T>::value) renames = T::renamed_keys();
+  const YAML::Node root = load_layers(paths, overrides, renames, notes);
   T cfg;
-  from_yaml(load(path, overrides), cfg);
+  from_yaml(root, cfg);
   return cfg;
+}
+template <typename T>
+T load_typed(const std::string& path, const std::vector<std::string>& overrides,
+             std::vector<std::string>* notes = nullptr) {
+  return load_typed<T>(std::vector<std::string>{path}, overrides, notes);
 }
 
 std::string dump(const YAML::Node& node);

@@ -34,4 +34,32 @@ class PhaseTimer {
   std::vector<std::pair<std::string, double>> phases_;
 };
 
+// Where a training step's wall time goes, summed over a logging window: each lap() charges the
+// time since the previous lap to one phase. A method's cost (GloFND's update and filter, FALCON's
+// reward pass and policy step) is read off one run this way instead of from the difference of two
+// noisy whole-run throughputs. Host wall time: with libtorch on CPU every op has finished when it
+// returns.
+struct StepClock {
+  enum Phase {
+    kBatch,
+    kForward,
+    kNegatives,
+    kBackward,
+    kComm,
+    kOptimizer,
+    kFalcon,
+    kOther,
+    kCount
+  };
+  static constexpr const char* kNames[kCount] = {"batch", "forward",   "negatives", "backward",
+                                                 "comm",  "optimizer", "falcon",    "other"};
+  std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
+  std::vector<double> seconds = std::vector<double>(kCount, 0.0);
+  void lap(Phase p) {
+    const auto now = std::chrono::steady_clock::now();
+    seconds[p] += std::chrono::duration<double>(now - last).count();
+    last = now;
+  }
+};
+
 }  // namespace fnvlp

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "fnvlp/negatives/grouped_sampler.hpp"
+#include "fnvlp/negatives/method_config.hpp"
 
 namespace fnvlp::negatives {
 
@@ -61,22 +62,6 @@ torch::Tensor beta_log_prob(const torch::Tensor& q, const torch::Tensor& alpha,
 torch::Tensor reinforce_loss(double advantage, const torch::Tensor& log_probs);
 
 // --- policy --------------------------------------------------------------------------------------
-
-struct FalconConfig {
-  int64_t quantiles = 100;  // m
-  int64_t hidden = 256;
-  int64_t blocks = 2;  // residual blocks
-  double min_concentration = 0.01;
-  double lr = 1e-4;
-  double beta1 = 0.9, beta2 = 0.999;
-  double weight_decay = 0.01;
-  bool instance_level = true;  // false: one q per batch (ablation)
-  bool baseline = true;        // running-mean baseline in the advantage
-  double baseline_decay = 0.9;
-  uint64_t init_seed = 0;  // policy initialisation (identical on every rank for the same seed)
-
-  void validate() const;
-};
 
 class FalconPolicyImpl : public torch::nn::Module {
  public:

@@ -23,17 +23,9 @@
 #include <vector>
 
 #include "fnvlp/data/sampler.hpp"
+#include "fnvlp/negatives/method_config.hpp"
 
 namespace fnvlp::negatives {
-
-struct GlofndOptions {
-  double alpha = 0.01;  // fraction of an anchor's negatives treated as false negatives
-  double lr = 0.05;
-  double beta1 = 0.9;
-  double beta2 = 0.98;
-  double eps = 1e-8;
-  double init = 1.0;  // λ starts at 1: nothing is filtered until λ has learned
-};
 
 // One side (image anchors or text anchors) of the rank's block.
 class GlofndSide {

@@ -42,12 +42,12 @@
 #include <vector>
 
 #include "fnvlp/data/sampler.hpp"
+#include "fnvlp/negatives/method_config.hpp"
 #include "fnvlp/negatives/quantile_pick.hpp"
 #include "fnvlp/negatives/search_space.hpp"
 
 namespace fnvlp::negatives {
 
-enum class QSchedule { kFixed, kHardening, kSoftening };
 // "fixed" | "hardening" | "softening"; throws fnvlp::Error naming the value otherwise.
 QSchedule parse_q_schedule(const std::string& name);
 std::string to_string(QSchedule schedule);

@@ -5,21 +5,12 @@
 #include <vector>
 
 #include "fnvlp/comm/comm.hpp"
+#include "fnvlp/comm/tensors.hpp"
 
 namespace fnvlp::train {
 
-// Rank 0's parameters and buffers overwrite everyone else's (identical replicas at step 0 and
-// after a resume, whatever each rank initialised).
-void broadcast_module(const Comm& comm, torch::nn::Module& module, int root = 0);
-
-// Averages the gradients of `params` over ranks: they are packed in a fixed order into buckets
-// of about `bucket_bytes`, summed with one allreduce per bucket, divided by the rank count and
-// unpacked. The fixed order and MPI's deterministic reduction for a fixed rank count make a
-// deterministic run bitwise repeatable. A parameter without a gradient counts as zeros (so
-// ranks never disagree on the bucket layout). Returns the number of allreduce calls (0 on one
-// rank, where the gradients are left as they are).
-int allreduce_gradients(const Comm& comm, const std::vector<torch::Tensor>& params,
-                        size_t bucket_bytes = 16u << 20);
+using fnvlp::allreduce_gradients;
+using fnvlp::broadcast_module;
 
 // The gradients of a fixed parameter list as views of one flat float buffer, so that averaging
 // them over ranks is one in-place allreduce on that buffer: no packing into buckets and back (two
@@ -61,8 +52,6 @@ class FlatGradients {
   int64_t rebinds_ = 0;
 };
 
-// All-gathers a float tensor [b, ...] (rows differing per rank allowed) into [B, ...] in rank
-// order, without gradient; `offset` receives the first row of this rank's block.
-torch::Tensor allgather_rows(const Comm& comm, const torch::Tensor& local, int64_t* offset);
+using fnvlp::allgather_rows;
 
 }  // namespace fnvlp::train

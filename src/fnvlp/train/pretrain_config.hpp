@@ -3,9 +3,12 @@
 // this struct (core/config.hpp); keys follow ALBEF's config names where one exists.
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "fnvlp/core/config.hpp"
 #include "fnvlp/data/augment.hpp"
 #include "fnvlp/model/model_config.hpp"
+#include "fnvlp/negatives/method_config.hpp"
 #include "fnvlp/train/checkpoint.hpp"
 #include "fnvlp/train/watchdog.hpp"
 
@@ -39,7 +42,7 @@ struct LossConfig {
   double mlm_weight = 1.0;
   double mlm_probability = 0.15;  // ALBEF 0.15; FALCON 0.5
   // pseudo (GRIT/MAFA) | momentum (ALBEF momentum distillation with queues) | none
-  std::string soft_targets = "pseudo";
+  negatives::SoftTargetsKind soft_targets = negatives::SoftTargetsKind::kPseudo;
   double soft_weight = 0.4;  // ALBEF alpha (ITC soft targets; with momentum also MLM's)
   // soft_targets=momentum only: EMA coefficient of the momentum model and the number of momentum
   // features kept as extra ITC keys (ALBEF Pretrain.yaml: momentum 0.995, queue_size 65536).
@@ -49,12 +52,7 @@ struct LossConfig {
   // of an untrained model are near uniform and hold the ITC loss near chance. -1: one epoch.
   int64_t soft_warmup_steps = -1;
   std::string itm_negatives = "multinomial";  // multinomial (ALBEF) | argmax (GRIT)
-  // TCL (loss/tcl.hpp): intra-modal contrast of two views (IMC) and global-local mutual
-  // information (LMI), added with these weights; tcl_grid: pooled patch grid for LMI.
-  bool tcl = false;
-  double tcl_imc_weight = 1.0;
-  double tcl_lmi_weight = 1.0;
-  int64_t tcl_grid = 4;
+  negatives::TclConfig tcl;
   template <class V>
   void fields(V& v) {
     v("itc_weight", itc_weight);
@@ -68,76 +66,44 @@ struct LossConfig {
     v("soft_warmup_steps", soft_warmup_steps);
     v("itm_negatives", itm_negatives);
     v("tcl", tcl);
-    v("tcl_imc_weight", tcl_imc_weight);
-    v("tcl_lmi_weight", tcl_lmi_weight);
-    v("tcl_grid", tcl_grid);
   }
 };
 
-// False-negative handling of the ITC negatives (negatives/): which method removes or reweighs
-// them. GloFND defaults follow glofnd.txt App. D.2.
+// False-negative handling of the ITC negatives (negatives/glofnd_method.hpp, fnc_method.hpp,
+// srcl_method.hpp): which method removes or reweighs them, with each method's own section. GloFND
+// defaults follow glofnd.txt App. D.2.
 struct NegativesConfig {
-  std::string method = "none";  // none | glofnd | fnc | srcl
-  double alpha = 0.01;          // GloFND's quantile level / FNC's top fraction
-  int64_t start_epoch = 0;      // GloFND/FNC: no update or filtering before this epoch
-  double glofnd_lr = 0.05;
-  double glofnd_beta1 = 0.9;
-  double glofnd_beta2 = 0.98;
-  double glofnd_init = 1.0;
-  bool filter_itm = true;  // excluded negatives are not drawn as ITM hard negatives either
-  // SRCL: checkpoint dir of the frozen helper model (same ModelConfig); empty: the current model
-  // alone regulates (a = 0). a decays linearly from srcl_helper_weight to 0 over training.
-  std::string srcl_helper;
-  double srcl_helper_weight = 1.0;
+  negatives::NegativesKind method = negatives::NegativesKind::kNone;
+  double alpha = 0.01;      // GloFND's quantile level / FNC's top fraction
+  int64_t start_epoch = 0;  // GloFND/FNC: no update or filtering before this epoch
+  bool filter_itm = true;   // excluded negatives are not drawn as ITM hard negatives either
+  negatives::GlofndOptions glofnd;
+  negatives::SrclConfig srcl;
   template <class V>
   void fields(V& v) {
     v("method", method);
     v("alpha", alpha);
     v("start_epoch", start_epoch);
-    v("glofnd_lr", glofnd_lr);
-    v("glofnd_beta1", glofnd_beta1);
-    v("glofnd_beta2", glofnd_beta2);
-    v("glofnd_init", glofnd_init);
     v("filter_itm", filter_itm);
-    v("srcl_helper", srcl_helper);
-    v("srcl_helper_weight", srcl_helper_weight);
+    v("glofnd", glofnd);
+    v("srcl", srcl);
   }
 };
 
-// Mini-batch construction (negatives/grouped_sampler.hpp, falcon.hpp): uniform (ALBEF), GRIT-style
-// grouping at a fixed or scheduled hardness quantile q, or FALCON's learned per-anchor q.
-// Epoch 0 is always uniform (the warm start of falcon.txt App. C.2).
+// Mini-batch construction (negatives/grit_method.hpp, falcon_method.hpp): uniform (ALBEF),
+// GRIT-style grouping at a fixed or scheduled hardness quantile q, or FALCON's learned per-anchor
+// q. Epoch 0 is always uniform (the warm start of falcon.txt App. C.2).
 struct SamplerConfig {
-  std::string kind = "uniform";    // uniform | grit | falcon
-  int64_t search_space = 1920;     // |M| (GRIT-VLP 1920; FALCON 2400 / 5664 / 28320)
-  std::string schedule = "fixed";  // fixed | hardening | softening (grit)
-  double q = 1.0;                  // fixed: 1 = GRIT's most similar, 0.5, 0 = least similar
-  double q_start = -1;             // schedules; -1: hardening 0 -> 1, softening 1 -> 0
-  double q_end = -1;
-  int64_t falcon_quantiles = 100;  // m, FALCON Table 5
-  int64_t falcon_hidden = 256;
-  int64_t falcon_blocks = 2;
-  double falcon_lr = 1e-4;
-  double falcon_weight_decay = 0.01;
-  bool falcon_instance_level = true;  // false: one q per batch (the paper's ablation)
-  bool falcon_baseline = true;        // running-mean baseline in the REINFORCE advantage
-  double falcon_baseline_decay = 0.9;
+  negatives::SamplerKind kind = negatives::SamplerKind::kUniform;
+  int64_t search_space = 1920;  // |M| (GRIT-VLP 1920; FALCON 2400 / 5664 / 28320)
+  negatives::GritConfig grit;
+  negatives::FalconConfig falcon;
   template <class V>
   void fields(V& v) {
     v("kind", kind);
     v("search_space", search_space);
-    v("schedule", schedule);
-    v("q", q);
-    v("q_start", q_start);
-    v("q_end", q_end);
-    v("falcon_quantiles", falcon_quantiles);
-    v("falcon_hidden", falcon_hidden);
-    v("falcon_blocks", falcon_blocks);
-    v("falcon_lr", falcon_lr);
-    v("falcon_weight_decay", falcon_weight_decay);
-    v("falcon_instance_level", falcon_instance_level);
-    v("falcon_baseline", falcon_baseline);
-    v("falcon_baseline_decay", falcon_baseline_decay);
+    v("grit", grit);
+    v("falcon", falcon);
   }
 };
 
@@ -152,12 +118,6 @@ struct TrainConfig {
   int64_t prefetch = 3;           // batches read ahead by the loader thread
   bool export_embeddings = true;  // embeddings/epoch-EEE.h5 at every epoch end
   int64_t export_batch = 256;
-  int64_t inject_nonfinite_step = -1;  // fault injection (tests): this step's loss becomes NaN
-  int64_t inject_nonfinite_rank = 0;
-  int64_t inject_stop_step = -1;  // fault injection (tests): rank 0 raises SIGUSR1 after this step
-  int64_t inject_export_step = -1;  // tests: rank 0 raises SIGUSR2 (export now) after this step
-  int64_t inject_throw_step = -1;   // fault injection (tests): one rank throws at this step
-  int64_t inject_throw_rank = 0;
   template <class V>
   void fields(V& v) {
     v("batch_size", batch_size);
@@ -170,12 +130,26 @@ struct TrainConfig {
     v("prefetch", prefetch);
     v("export_embeddings", export_embeddings);
     v("export_batch", export_batch);
-    v("inject_nonfinite_step", inject_nonfinite_step);
-    v("inject_nonfinite_rank", inject_nonfinite_rank);
-    v("inject_stop_step", inject_stop_step);
-    v("inject_export_step", inject_export_step);
-    v("inject_throw_step", inject_throw_step);
-    v("inject_throw_rank", inject_throw_rank);
+  }
+};
+
+// Fault injection for the tests of preemption, non-finite steps and failures (tests/fault,
+// tests/integration): each knob acts at one step; -1 is off.
+struct FaultConfig {
+  int64_t nonfinite_step = -1;  // this step's loss becomes NaN on nonfinite_rank
+  int64_t nonfinite_rank = 0;
+  int64_t stop_step = -1;    // rank 0 raises SIGUSR1 after this step
+  int64_t export_step = -1;  // rank 0 raises SIGUSR2 (export now) after this step
+  int64_t throw_step = -1;   // throw_rank throws at this step
+  int64_t throw_rank = 0;
+  template <class V>
+  void fields(V& v) {
+    v("nonfinite_step", nonfinite_step);
+    v("nonfinite_rank", nonfinite_rank);
+    v("stop_step", stop_step);
+    v("export_step", export_step);
+    v("throw_step", throw_step);
+    v("throw_rank", throw_rank);
   }
 };
 
@@ -190,6 +164,7 @@ struct PretrainConfig {
   CheckpointConfig checkpoint;
   WatchdogConfig watchdog;
   NonFiniteConfig non_finite;
+  FaultConfig fault;
   template <class V>
   void fields(V& v) {
     v("model", model);
@@ -202,6 +177,39 @@ struct PretrainConfig {
     v("checkpoint", checkpoint);
     v("watchdog", watchdog);
     v("non_finite", non_finite);
+    v("fault", fault);
+  }
+  // Keys that moved when the methods took their own sections: old run directories' config.yaml
+  // and old --set overrides still load.
+  static std::vector<config::RenamedKey> renamed_keys() {
+    return {{"negatives.glofnd_lr", "negatives.glofnd.lr"},
+            {"negatives.glofnd_beta1", "negatives.glofnd.beta1"},
+            {"negatives.glofnd_beta2", "negatives.glofnd.beta2"},
+            {"negatives.glofnd_init", "negatives.glofnd.init"},
+            {"negatives.srcl_helper", "negatives.srcl.helper"},
+            {"negatives.srcl_helper_weight", "negatives.srcl.helper_weight"},
+            {"sampler.schedule", "sampler.grit.schedule"},
+            {"sampler.q", "sampler.grit.q"},
+            {"sampler.q_start", "sampler.grit.q_start"},
+            {"sampler.q_end", "sampler.grit.q_end"},
+            {"sampler.falcon_quantiles", "sampler.falcon.quantiles"},
+            {"sampler.falcon_hidden", "sampler.falcon.hidden"},
+            {"sampler.falcon_blocks", "sampler.falcon.blocks"},
+            {"sampler.falcon_lr", "sampler.falcon.lr"},
+            {"sampler.falcon_weight_decay", "sampler.falcon.weight_decay"},
+            {"sampler.falcon_instance_level", "sampler.falcon.instance_level"},
+            {"sampler.falcon_baseline", "sampler.falcon.baseline"},
+            {"sampler.falcon_baseline_decay", "sampler.falcon.baseline_decay"},
+            {"loss.tcl", "loss.tcl.enabled"},
+            {"loss.tcl_imc_weight", "loss.tcl.imc_weight"},
+            {"loss.tcl_lmi_weight", "loss.tcl.lmi_weight"},
+            {"loss.tcl_grid", "loss.tcl.grid"},
+            {"train.inject_nonfinite_step", "fault.nonfinite_step"},
+            {"train.inject_nonfinite_rank", "fault.nonfinite_rank"},
+            {"train.inject_stop_step", "fault.stop_step"},
+            {"train.inject_export_step", "fault.export_step"},
+            {"train.inject_throw_step", "fault.throw_step"},
+            {"train.inject_throw_rank", "fault.throw_rank"}};
   }
 };
 

@@ -102,3 +102,79 @@ TEST(Config, DumpRoundTripsTheResolvedConfig) {
 }
 
 }  // namespace
+
+namespace {
+
+enum class Kind { kAlpha, kBeta };
+const std::vector<std::pair<Kind, const char*>>& enum_names(Kind) {
+  static const std::vector<std::pair<Kind, const char*>> names = {{Kind::kAlpha, "alpha"},
+                                                                  {Kind::kBeta, "beta"}};
+  return names;
+}
+
+struct SectionConfig {
+  bool enabled = false;
+  double weight = 1;
+  template <class V>
+  void fields(V& v) {
+    v("enabled", enabled);
+    v("weight", weight);
+  }
+};
+
+struct MethodConfig {
+  Kind kind = Kind::kAlpha;
+  double lr = 0.1;
+  SectionConfig extra;
+  OptimConfig optim;
+  template <class V>
+  void fields(V& v) {
+    v("kind", kind);
+    v("lr", lr);
+    v("extra", extra);
+    v("optim", optim);
+  }
+  static std::vector<fnvlp::config::RenamedKey> renamed_keys() {
+    return {{"old_lr", "lr"}, {"extra", "extra.enabled"}, {"extra_weight", "extra.weight"}};
+  }
+};
+
+}  // namespace
+
+TEST(Config, EnumsLoadAndDumpByNameAndRejectOthersListingTheChoices) {
+  MethodConfig c = fnvlp::config::load_typed<MethodConfig>("", {"kind=beta"});
+  EXPECT_EQ(c.kind, Kind::kBeta);
+  EXPECT_EQ(fnvlp::config::to_yaml(c)["kind"].as<std::string>(), "beta");
+  const auto msg = error_of([] { fnvlp::config::load_typed<MethodConfig>("", {"kind=gamma"}); });
+  EXPECT_NE(msg.find("'kind' has value 'gamma' (expected alpha | beta)"), std::string::npos) << msg;
+}
+
+TEST(Config, RenamedKeysLoadFromFilesAndOverridesWithANote) {
+  const auto path = write_yaml("old_lr: 0.5\nextra: true\n");
+  std::vector<std::string> notes;
+  MethodConfig c = fnvlp::config::load_typed<MethodConfig>(path, {"extra_weight=3"}, &notes);
+  EXPECT_DOUBLE_EQ(c.lr, 0.5);
+  EXPECT_TRUE(c.extra.enabled);
+  EXPECT_DOUBLE_EQ(c.extra.weight, 3);
+  EXPECT_EQ(notes.size(), 3u);
+  EXPECT_NE(notes[0].find("'old_lr' is now 'lr'"), std::string::npos) << notes[0];
+  // The new form of a section that once was a scalar is left alone.
+  MethodConfig n = fnvlp::config::load_typed<MethodConfig>("", {"extra={enabled: true}"});
+  EXPECT_TRUE(n.extra.enabled);
+  // Old and new names together are ambiguous.
+  const auto both = write_yaml("old_lr: 0.5\nlr: 0.2\n");
+  const auto msg = error_of([&] { fnvlp::config::load_typed<MethodConfig>(both, {}); });
+  EXPECT_NE(msg.find("both 'old_lr' (old name) and 'lr' are set"), std::string::npos) << msg;
+}
+
+TEST(Config, LayeredFilesMergeSectionsKeyByKey) {
+  const std::string base = ::testing::TempDir() + "/fnvlp_config_base.yaml";
+  const std::string overlay = ::testing::TempDir() + "/fnvlp_config_overlay.yaml";
+  std::ofstream(base) << "kind: alpha\noptim:\n  lr: 0.01\n  warmup_steps: 5\n";
+  std::ofstream(overlay) << "kind: beta\noptim:\n  lr: 0.02\n";
+  MethodConfig c = fnvlp::config::load_typed<MethodConfig>(std::vector<std::string>{base, overlay},
+                                                           {"optim.lr=0.03"});
+  EXPECT_EQ(c.kind, Kind::kBeta);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 0.03);
+  EXPECT_EQ(c.optim.warmup_steps, 5) << "the overlay replaced the whole optim section";
+}

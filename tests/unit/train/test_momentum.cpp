@@ -13,12 +13,13 @@
 #include "fnvlp/core/error.hpp"
 #include "fnvlp/loss/itc.hpp"
 #include "fnvlp/model/albef.hpp"
+#include "fnvlp/negatives/momentum.hpp"
 #include "fnvlp/train/checkpoint.hpp"
-#include "fnvlp/train/momentum.hpp"
 #include "fnvlp/train/pretrain_config.hpp"
 
 namespace fs = std::filesystem;
 using namespace fnvlp::train;
+using namespace fnvlp::negatives;
 namespace F = torch::nn::functional;
 
 namespace {
@@ -353,11 +354,11 @@ TEST(MomentumConfig, ExampleConfigLoadsWithAlbefValues) {
   const std::string dir = std::string(FNVLP_SOURCE_DIR) + "/jobs/configs/";
   PretrainConfig cfg;
   fnvlp::config::from_yaml(YAML::LoadFile(dir + "albef_momentum.yaml"), cfg);
-  EXPECT_EQ(cfg.loss.soft_targets, "momentum");
+  EXPECT_EQ(cfg.loss.soft_targets, fnvlp::negatives::SoftTargetsKind::kMomentum);
   EXPECT_EQ(cfg.loss.momentum, 0.995);
   EXPECT_EQ(cfg.loss.queue_size, 65536);
   EXPECT_EQ(cfg.loss.soft_weight, 0.4);
-  EXPECT_EQ(cfg.negatives.method, "none");
+  EXPECT_EQ(cfg.negatives.method, fnvlp::negatives::NegativesKind::kNone);
   cfg.model.validate();
   // Its model is the base preset.
   fnvlp::model::ModelConfig base;

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-namespace fnvlp::train {
+namespace fnvlp::negatives {
 
 // theta_m <- m * theta_m + (1 - m) * theta over the parameters and buffers of two modules of the
 // same structure (ALBEF _momentum_update, applied here after each optimizer step taken). No
@@ -54,4 +54,4 @@ class FeatureQueueImpl : public torch::nn::Module {
 };
 TORCH_MODULE(FeatureQueue);
 
-}  // namespace fnvlp::train
+}  // namespace fnvlp::negatives

@@ -1,11 +1,11 @@
-#include "fnvlp/train/momentum.hpp"
+#include "fnvlp/negatives/momentum.hpp"
 
 #include <algorithm>
 #include <vector>
 
 #include "fnvlp/core/error.hpp"
 
-namespace fnvlp::train {
+namespace fnvlp::negatives {
 
 namespace {
 
@@ -99,4 +99,4 @@ void FeatureQueueImpl::check(int64_t capacity, int64_t dim) const {
       "feature queue: inconsistent pointer " << p << " and fill " << f << " of " << capacity);
 }
 
-}  // namespace fnvlp::train
+}  // namespace fnvlp::negatives

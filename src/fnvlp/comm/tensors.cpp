@@ -1,0 +1,97 @@
+#include "fnvlp/comm/tensors.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace fnvlp {
+
+namespace {
+void bcast_tensor(const Comm& comm, torch::Tensor t, int root) {
+  FNVLP_CHECK(t.is_contiguous() && t.device().is_cpu(), "broadcast needs contiguous CPU tensors");
+  torch::NoGradGuard no_grad;
+  if (t.scalar_type() == torch::kFloat) {
+    comm.bcast(t.data_ptr<float>(), static_cast<size_t>(t.numel()), root);
+  } else if (t.scalar_type() == torch::kDouble) {
+    comm.bcast(t.data_ptr<double>(), static_cast<size_t>(t.numel()), root);
+  } else if (t.scalar_type() == torch::kLong) {
+    comm.bcast(t.data_ptr<int64_t>(), static_cast<size_t>(t.numel()), root);
+  } else {
+    FNVLP_FAIL("broadcast_module: unsupported dtype " << t.scalar_type());
+  }
+}
+}  // namespace
+
+void broadcast_module(const Comm& comm, torch::nn::Module& module, int root) {
+  for (auto& p : module.parameters()) bcast_tensor(comm, p.data(), root);
+  for (auto& b : module.buffers()) bcast_tensor(comm, b, root);
+}
+
+int allreduce_gradients(const Comm& comm, const std::vector<torch::Tensor>& params,
+                        size_t bucket_bytes) {
+  torch::NoGradGuard no_grad;
+  const bool single = comm.size() == 1;
+  const size_t bucket_elems = std::max<size_t>(1, bucket_bytes / sizeof(float));
+  std::vector<float> bucket;
+  if (!single) bucket.reserve(bucket_elems);
+  std::vector<torch::Tensor> members;
+  int calls = 0;
+  const float inv = 1.0f / static_cast<float>(comm.size());
+  auto flush = [&] {
+    if (members.empty()) return;
+    comm.allreduce_sum(bucket);
+    ++calls;
+    size_t off = 0;
+    for (auto& g : members) {
+      const auto n = static_cast<size_t>(g.numel());
+      auto src = torch::from_blob(bucket.data() + off, g.sizes(), torch::kFloat);
+      g.copy_(src).mul_(inv);
+      off += n;
+    }
+    bucket.clear();
+    members.clear();
+  };
+  for (const auto& p : params) {
+    FNVLP_CHECK(p.scalar_type() == torch::kFloat, "gradient averaging expects float32 parameters");
+    auto& grad = p.mutable_grad();
+    if (!grad.defined()) grad = torch::zeros_like(p);
+    if (single) continue;  // the average over one rank is the gradient itself: no copies
+    const auto n = static_cast<size_t>(grad.numel());
+    if (!bucket.empty() && bucket.size() + n > bucket_elems) flush();
+    auto g = grad.contiguous();
+    if (!grad.is_contiguous()) grad = g;  // keep writing into the tensor the optimizer reads
+    const float* src = g.data_ptr<float>();
+    bucket.insert(bucket.end(), src, src + n);
+    members.push_back(grad);
+  }
+  flush();
+  return calls;
+}
+
+torch::Tensor allgather_rows(const Comm& comm, const torch::Tensor& local, int64_t* offset) {
+  auto t = local.detach().to(torch::kFloat).contiguous();
+  const int64_t rows = t.size(0);
+  int64_t row_elems = 1;
+  for (int64_t d = 1; d < t.dim(); ++d) row_elems *= t.size(d);
+  std::vector<float> mine(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+  std::vector<float> all = comm.allgatherv(mine);
+  const auto counts = comm.allgather<int64_t>(rows);
+  if (offset) {
+    *offset = 0;
+    for (int r = 0; r < comm.rank(); ++r) *offset += counts[static_cast<size_t>(r)];
+  }
+  std::vector<int64_t> shape = t.sizes().vec();
+  shape[0] = static_cast<int64_t>(all.size()) / std::max<int64_t>(row_elems, 1);
+  if (all.empty()) return torch::zeros(shape, torch::kFloat);
+  return torch::from_blob(all.data(), shape, torch::kFloat).clone();
+}
+
+torch::Tensor allgather_ids(const Comm& comm, const torch::Tensor& ids) {
+  return torch::tensor(comm.allgatherv(to_vector(ids)), torch::kLong);
+}
+
+std::vector<int64_t> to_vector(const torch::Tensor& t) {
+  const auto c = t.to(torch::kLong).contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+}  // namespace fnvlp

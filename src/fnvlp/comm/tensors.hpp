@@ -1,0 +1,34 @@
+#pragma once
+// Collectives on tensors (host memory today), so that the rooms above comm/ exchange tensors
+// without touching buffers and counts.
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "fnvlp/comm/comm.hpp"
+
+namespace fnvlp {
+
+// Rank 0's parameters and buffers overwrite everyone else's (identical replicas at step 0 and
+// after a resume, whatever each rank initialised).
+void broadcast_module(const Comm& comm, torch::nn::Module& module, int root = 0);
+
+// Averages the gradients of `params` over ranks: they are packed in a fixed order into buckets
+// of about `bucket_bytes`, summed with one allreduce per bucket, divided by the rank count and
+// unpacked. The fixed order and MPI's deterministic reduction for a fixed rank count make a
+// deterministic run bitwise repeatable. A parameter without a gradient counts as zeros (so
+// ranks never disagree on the bucket layout). Returns the number of allreduce calls (0 on one
+// rank, where the gradients are left as they are).
+int allreduce_gradients(const Comm& comm, const std::vector<torch::Tensor>& params,
+                        size_t bucket_bytes = 16u << 20);
+
+// All-gathers a float tensor [b, ...] (rows differing per rank allowed) into [B, ...] in rank
+// order, without gradient; `offset` receives the first row of this rank's block.
+torch::Tensor allgather_rows(const Comm& comm, const torch::Tensor& local, int64_t* offset);
+// All-gathers an int64 vector tensor [b] (ids, labels) into [B] in rank order.
+torch::Tensor allgather_ids(const Comm& comm, const torch::Tensor& ids);
+// The values of an integer tensor, converted to int64.
+std::vector<int64_t> to_vector(const torch::Tensor& t);
+
+}  // namespace fnvlp

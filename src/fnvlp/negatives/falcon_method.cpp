@@ -1,0 +1,78 @@
+#include "fnvlp/negatives/falcon_method.hpp"
+
+#include <filesystem>
+
+#include "fnvlp/train/checkpoint.hpp"
+
+namespace fnvlp::negatives {
+
+namespace fs = std::filesystem;
+
+FalconMethod::FalconMethod(const MethodEnv& env, int64_t search_space, FalconConfig cfg)
+    : GroupedMethod(env) {
+  cfg.init_seed = env.seed;  // the same policy on every rank
+  cfg.validate();
+  falcon_ = std::make_unique<FalconScheduler>(cfg);
+  sampler_ = std::make_unique<FalconSampler>(env.partition, env.batch_size, env.seed,
+                                             env.comm.rank(), search_space, *falcon_);
+}
+
+void FalconMethod::on_batch(const nlohmann::json& sampler_state) {
+  GroupedMethod::on_batch(sampler_state);
+  draws_ = falcon_->take_draws();
+}
+
+// Every rank takes part (an empty draw set contributes a zero gradient), and only in grouped
+// epochs: epoch 0 trains no scheduler (App. C.2).
+void FalconMethod::after_step(StepContext& s) {
+  if (!s.masking.positions.defined() || s.epoch == 0) return;
+  const loss::MlmMasking& m = s.masking;
+  const torch::Tensor& mask = s.batch.attention_mask;
+  auto& model = env_.model;
+  double after = 0;
+  {
+    // Inference mode, not just no-grad: nothing of this pass is ever differentiated, so libtorch
+    // can also skip the version counters and view tracking of its tensors.
+    c10::InferenceMode inference;
+    // Dropout draws as in the step's forward pass (exact with dropout 0, as the presets have).
+    seed_dropout(env_.seed, s.step, env_.comm.rank());
+    const auto tokens = model->encode_image(s.images);
+    const auto at_masked =
+        model->fuse_at(model->encode_text(m.input_ids, mask), mask, tokens, m.positions);
+    after = loss::linear_cross_entropy(model->mlm_hidden(at_masked), model->mlm_decoder_weight(),
+                                       model->mlm_bias(), m.targets)
+                .item<double>();
+  }
+  const double reward = s.mlm_plain - after;
+  falcon_->loss_backward(reward, draws_);
+  auto params = falcon_->parameters();
+  s.clock.lap(StepClock::kFalcon);
+  allreduce_gradients(env_.comm, params);  // also where this rank waits for the slower one
+  s.clock.lap(StepClock::kComm);
+  falcon_->step();
+  reward_window_[0] += reward;
+  reward_window_[1] += 1;
+}
+
+void FalconMethod::telemetry(nlohmann::json& m) {
+  GroupedMethod::telemetry(m);
+  std::vector<double> rw = reward_window_;
+  env_.comm.allreduce_sum(rw);
+  std::fill(reward_window_.begin(), reward_window_.end(), 0.0);
+  if (rw[1] > 0) m["falcon_reward"] = rw[0] / rw[1];
+}
+
+void FalconMethod::save(const std::string& dir) {
+  falcon_->save((fs::path(dir) / train::rank_file("falcon", env_.comm.rank())).string());
+}
+
+// Another rank count: rank 0's baseline stands in for the new ranks'.
+void FalconMethod::load(const std::string& dir, int world_size) {
+  const auto mine = fs::path(dir) / train::rank_file("falcon", env_.comm.rank());
+  const auto path = world_size == env_.comm.size() && fs::exists(mine)
+                        ? mine
+                        : fs::path(dir) / train::rank_file("falcon", 0);
+  falcon_->load(path.string());
+}
+
+}  // namespace fnvlp::negatives

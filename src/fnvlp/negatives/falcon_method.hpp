@@ -1,0 +1,35 @@
+#pragma once
+// FALCON as a training-method plug-in (method.hpp): the grouped sampler of grit_method.hpp with
+// each pick's q from the learned policy (falcon.hpp).
+#include <memory>
+#include <vector>
+
+#include "fnvlp/negatives/falcon.hpp"
+#include "fnvlp/negatives/grit_method.hpp"
+
+namespace fnvlp::negatives {
+
+// FALCON (falcon.txt §3.3, Alg. 2 lines 7-8): after each step of a grouped epoch, the reward
+// Δ_k = L_MLM(θ_k) − L_MLM(θ_{k+1}) on the same batch with the same masks, then REINFORCE on Δ_k
+// with the policy's gradient averaged over ranks like the model's. The policy is replicated;
+// its reward baseline is per rank (each rank's Δ is measured on its own batch).
+class FalconMethod : public GroupedMethod {
+ public:
+  FalconMethod(const MethodEnv& env, int64_t search_space, FalconConfig cfg);
+  std::string name() const override { return "falcon"; }
+  bool synchronous_sampler() const override { return true; }
+  bool needs_plain_mlm() const override { return true; }
+  void on_batch(const nlohmann::json& sampler_state) override;
+  void after_step(StepContext& s) override;
+  void telemetry(nlohmann::json& m) override;
+  void save(const std::string& dir) override;
+  void load(const std::string& dir, int world_size) override;
+  FalconScheduler& scheduler() { return *falcon_; }
+
+ private:
+  std::unique_ptr<FalconScheduler> falcon_;
+  FalconDraws draws_;  // the q draws that composed the current batch
+  std::vector<double> reward_window_ = std::vector<double>(2, 0.0);  // sum of rewards; count
+};
+
+}  // namespace fnvlp::negatives

@@ -1,0 +1,24 @@
+#pragma once
+// FNC as a training-method plug-in (method.hpp).
+#include "fnvlp/negatives/filter_telemetry.hpp"
+#include "fnvlp/negatives/method.hpp"
+
+namespace fnvlp::negatives {
+
+// FNC (Huynh et al.; GloFND §4 baseline): from `start_epoch`, the ⌈α·n_neg⌉ most similar
+// negatives of each anchor in the global batch are removed.
+class FncMethod : public Method {
+ public:
+  FncMethod(const MethodEnv& env, double alpha, int64_t start_epoch);
+  std::string name() const override { return "fnc"; }
+  void adjust_itc(StepContext& s, loss::ItcInputs& in) override;
+  void telemetry(nlohmann::json& m) override { fn_.report(env_.comm, m); }
+
+ private:
+  MethodEnv env_;
+  double alpha_;
+  int64_t start_epoch_;
+  FilterTelemetry fn_;
+};
+
+}  // namespace fnvlp::negatives

@@ -1,0 +1,90 @@
+#include "fnvlp/negatives/glofnd_method.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "fnvlp/train/checkpoint.hpp"
+
+namespace fnvlp::negatives {
+
+namespace {
+GlofndOptions with_alpha(GlofndOptions o, double alpha) {
+  o.alpha = alpha;
+  return o;
+}
+std::vector<int64_t> block_pair_ids(const data::PairRange& block) {
+  std::vector<int64_t> ids(static_cast<size_t>(block.size()));
+  for (int64_t p = block.begin; p < block.end; ++p) ids[static_cast<size_t>(p - block.begin)] = p;
+  return ids;
+}
+}  // namespace
+
+GlofndMethod::GlofndMethod(const MethodEnv& env, double alpha, int64_t start_epoch,
+                           GlofndOptions opt)
+    : env_(env), start_epoch_(start_epoch), state_(env.block(), with_alpha(opt, alpha)) {}
+
+void GlofndMethod::adjust_itc(StepContext& s, loss::ItcInputs& in) {
+  if (s.epoch < start_epoch_) return;
+  torch::NoGradGuard no_grad;
+  const loss::ItcCosine cos = loss::itc_cosine(in);
+  const std::vector<int64_t> pids = to_vector(s.batch.pair_id);
+  in.exclude_i2t = state_.image.update_and_filter(cos.i2t, s.negative, pids);
+  in.exclude_t2i = state_.text.update_and_filter(cos.t2i, s.negative, pids);
+  for (int64_t p : pids) {
+    lambda_image_.push_back(state_.image.lambda(p));
+    lambda_text_.push_back(state_.text.lambda(p));
+  }
+  fn_.record(in.exclude_i2t, in.exclude_t2i, s.negative, s.batch.label, s.label_all);
+}
+
+void GlofndMethod::telemetry(nlohmann::json& m) {
+  fn_.report(env_.comm, m);
+  auto stats = [&](std::vector<float>& local, const char* side) {
+    std::vector<float> all = env_.comm.allgatherv(local);
+    local.clear();
+    if (all.empty()) return;
+    std::sort(all.begin(), all.end());
+    double mean = 0;
+    for (float x : all) mean += x;
+    auto at = [&](double q) {
+      return all[static_cast<size_t>(std::floor(q * static_cast<double>(all.size() - 1)))];
+    };
+    m[std::string("lambda_") + side + "_mean"] = mean / static_cast<double>(all.size());
+    m[std::string("lambda_") + side + "_p5"] = at(0.05);
+    m[std::string("lambda_") + side + "_p95"] = at(0.95);
+  };
+  stats(lambda_image_, "image");
+  stats(lambda_text_, "text");
+}
+
+void GlofndMethod::save(const std::string& dir) {
+  const std::vector<int64_t> ids = block_pair_ids(env_.block());
+  train::save_per_pair(dir, "glofnd_image", env_.comm, ids, state_.image.export_rows(),
+                       GlofndSide::kCols, env_.num_pairs);
+  train::save_per_pair(dir, "glofnd_text", env_.comm, ids, state_.text.export_rows(),
+                       GlofndSide::kCols, env_.num_pairs);
+}
+
+// λ state by global pair_id: the rank's current block, whatever the rank count that wrote it.
+void GlofndMethod::load(const std::string& dir, int) {
+  const std::vector<int64_t> ids = block_pair_ids(env_.block());
+  for (auto* side : {&state_.image, &state_.text}) {
+    const std::string name = side == &state_.image ? "glofnd_image" : "glofnd_text";
+    const train::PerPairRows rows = train::load_per_pair(dir, name, env_.comm, ids);
+    FNVLP_CHECK(rows.cols == GlofndSide::kCols && rows.num_pairs_total == env_.num_pairs,
+                dir << "/" << name << ".h5: " << rows.num_pairs_total << " pairs x " << rows.cols
+                    << " columns, the dataset has " << env_.num_pairs << " pairs");
+    const auto missing = std::count(rows.valid.begin(), rows.valid.end(), uint8_t{0});
+    FNVLP_CHECK(missing == 0, dir << "/" << name << ".h5: " << missing
+                                  << " pairs of this rank's block have no saved state");
+    side->import_rows(rows.values);
+  }
+}
+
+// Blocks are contiguous and in rank order: the gather is in pair_id order.
+void GlofndMethod::export_embeddings(data::Embeddings& e) {
+  e.glofnd_lambda_image = env_.comm.allgatherv(state_.image.lambdas());
+  e.glofnd_lambda_text = env_.comm.allgatherv(state_.text.lambdas());
+}
+
+}  // namespace fnvlp::negatives

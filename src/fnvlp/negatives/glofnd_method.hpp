@@ -1,0 +1,35 @@
+#pragma once
+// GloFND as a training-method plug-in (method.hpp).
+#include <vector>
+
+#include "fnvlp/negatives/filter_telemetry.hpp"
+#include "fnvlp/negatives/glofnd.hpp"
+#include "fnvlp/negatives/method.hpp"
+#include "fnvlp/negatives/method_config.hpp"
+
+namespace fnvlp::negatives {
+
+// GloFND (glofnd.hpp has the equations): from `start_epoch`, each local anchor's λ takes one Adam
+// step on the global batch, then negatives above the updated λ leave the denominator. λ is
+// partitioned with the rank's block, saved by global pair_id, exported with the embeddings.
+class GlofndMethod : public Method {
+ public:
+  GlofndMethod(const MethodEnv& env, double alpha, int64_t start_epoch, GlofndOptions opt);
+  std::string name() const override { return "glofnd"; }
+  void adjust_itc(StepContext& s, loss::ItcInputs& in) override;
+  void telemetry(nlohmann::json& m) override;
+  void save(const std::string& dir) override;
+  bool collective_save() const override { return true; }
+  void load(const std::string& dir, int world_size) override;
+  void export_embeddings(data::Embeddings& e) override;
+  const GlofndState& state() const { return state_; }
+
+ private:
+  MethodEnv env_;
+  int64_t start_epoch_;
+  GlofndState state_;
+  FilterTelemetry fn_;
+  std::vector<float> lambda_image_, lambda_text_;  // λ of the window's anchors after their update
+};
+
+}  // namespace fnvlp::negatives

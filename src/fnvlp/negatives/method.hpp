@@ -1,0 +1,148 @@
+#pragma once
+// A training method as a plug-in of the pretraining loop. The trainer owns the model, the data,
+// the optimizer and the base losses (ITC + ITM + MLM); each false-negative method, sampler and
+// auxiliary objective (GloFND, FNC, SRCL, GRIT and the q heuristics, FALCON, ALBEF momentum
+// distillation, TCL) is one Method that the step calls at fixed points, in this order:
+//
+//   on_batch          the batch the sampler composed arrives (FALCON keeps its q draws)
+//   build_itc         replaces the ITC inputs (momentum distillation: momentum keys + queue)
+//   adjust_itc        exclusion masks / negative weights of the ITC denominator (GloFND, FNC, SRCL)
+//   mlm_loss          replaces the MLM loss (momentum distillation's soft labels)
+//   extra_losses      adds named weighted losses (TCL)
+//   after_step        after an optimizer step that was taken (momentum EMA, FALCON's policy update)
+//   set_epoch_embeddings / epoch_end   between epochs (grouped samplers)
+//   telemetry         named metrics of a logging window (collective)
+//   save / load       checkpoint state (per global pair_id or per rank)
+//   export_embeddings what the method adds to embeddings/epoch-EEE.h5 (collective)
+//
+// A method sees the step through StepContext and the run through MethodEnv; nothing else of the
+// trainer. Every hook is optional.
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fnvlp/comm/comm.hpp"
+#include "fnvlp/comm/tensors.hpp"
+#include "fnvlp/core/timer.hpp"
+#include "fnvlp/data/dataset.hpp"
+#include "fnvlp/data/embeddings.hpp"
+#include "fnvlp/data/sampler.hpp"
+#include "fnvlp/loss/itc.hpp"
+#include "fnvlp/loss/mlm.hpp"
+#include "fnvlp/model/albef.hpp"
+
+namespace fnvlp::data {
+class Augmenter;
+}
+
+namespace fnvlp::negatives {
+
+// The run as methods see it (references outlive the methods).
+struct MethodEnv {
+  const Comm& comm;
+  model::Albef& model;
+  const model::ModelConfig& model_config;
+  const data::BlockPartition& partition;  // this rank's block: partition.block(comm.rank())
+  const data::Augmenter& augment;
+  int64_t num_pairs = 0;   // the training set's
+  int64_t batch_size = 0;  // per rank
+  int64_t epochs = 0;
+  uint64_t seed = 0;
+  data::PairRange block() const { return partition.block(comm.rank()); }
+};
+
+// One step's tensors, filled by the trainer as the step goes (a hook reads what exists at its
+// point in the order above).
+struct StepContext {
+  const data::Batch& batch;
+  StepClock& clock;
+  int64_t step = 0, epoch = 0, total_steps = 0;
+  torch::Tensor images;        // the augmented batch
+  torch::Tensor image_tokens;  // ViT output [b, 1 + P, W]
+  torch::Tensor text_hidden;   // text encoder output [b, L, W]
+  torch::Tensor img, txt;      // local L2-normalised projections [b, E], with graph
+  torch::Tensor temp;          // learnable temperature (clamped)
+  double soft_weight = 0;      // ALBEF alpha after the warm-up ramp
+  torch::Tensor negative;      // bool [b, N]: global columns that are negatives of each anchor
+  torch::Tensor label_all;     // int64 [N]: labels of the global columns (-1 unknown)
+  loss::MlmMasking masking;    // MLM's masked copy (undefined when MLM is off)
+  // The plain MLM cross-entropy of the step (no soft labels), for methods that ask for it
+  // (needs_plain_mlm: want_plain_mlm is then set).
+  bool want_plain_mlm = false;
+  double mlm_plain = 0;
+};
+
+struct NamedLoss {
+  std::string name;
+  double weight = 1;
+  torch::Tensor value;  // scalar with graph
+};
+
+class Method {
+ public:
+  virtual ~Method() = default;
+  virtual std::string name() const = 0;
+
+  // The sampler of the run when the method composes batches (GRIT, FALCON); null otherwise.
+  virtual data::Sampler* sampler() { return nullptr; }
+  // The sampler must be driven from the trainer thread (its picks depend on state updated after
+  // each step: FALCON's policy).
+  virtual bool synchronous_sampler() const { return false; }
+  // The step must fill StepContext::mlm_plain.
+  virtual bool needs_plain_mlm() const { return false; }
+
+  virtual void on_batch(const nlohmann::json& sampler_state) {}
+  virtual bool build_itc(StepContext& s, loss::ItcInputs& in) { return false; }
+  virtual void adjust_itc(StepContext& s, loss::ItcInputs& in) {}
+  // Returns an undefined tensor to keep the plain MLM loss.
+  virtual torch::Tensor mlm_loss(StepContext& s, const torch::Tensor& fused_at_masked) {
+    return {};
+  }
+  virtual void extra_losses(StepContext& s, std::vector<NamedLoss>& out) {}
+  virtual void after_step(StepContext& s) {}
+
+  // The embeddings of this rank's block for `epoch` (computed at the end of epoch - 1, or read
+  // back from its export on resume): float [block, E].
+  virtual bool wants_epoch_embeddings() const { return false; }
+  virtual void set_epoch_embeddings(int64_t epoch, const torch::Tensor& img,
+                                    const torch::Tensor& txt) {}
+
+  // Collective: adds this window's metrics to `m` and starts a new window.
+  virtual void telemetry(nlohmann::json& m) {}
+
+  // Collective, on every rank, inside CheckpointManager::save / at resume. `world_size` is the
+  // rank count that wrote the checkpoint.
+  virtual void save(const std::string& dir) {}
+  // save() calls a collective helper (save_per_pair): it then runs before every local write.
+  virtual bool collective_save() const { return false; }
+  virtual void load(const std::string& dir, int world_size) {}
+  // Checkpoint bytes this method adds (for the free-space check before the first step).
+  virtual uint64_t state_bytes() const { return 0; }
+
+  // Collective: adds per-pair columns to an export of every pair (pair_id order).
+  virtual void export_embeddings(data::Embeddings& e) {}
+};
+
+// Per-step seeding: every random draw of step s on rank r comes from a generator seeded by
+// (seed, s, r, stream), so a resumed run draws exactly what the uninterrupted one drew without
+// saving generator states. Stream 0 seeds torch's global generator (dropout).
+enum StepStream : uint64_t {
+  kDropoutStream = 0,
+  kAugmentStream = 1,
+  kItmStream = 2,
+  kMlmStream = 3,
+  kTclViewStream = 4
+};
+torch::Generator step_generator(uint64_t seed, int64_t step, int rank, uint64_t stream);
+// Seeds torch's global generator (dropout draws) for `step` on `rank`.
+void seed_dropout(uint64_t seed, int64_t step, int rank);
+
+using fnvlp::allgather_ids;
+using fnvlp::to_vector;
+
+}  // namespace fnvlp::negatives

@@ -1,0 +1,99 @@
+#include "fnvlp/negatives/momentum_method.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "fnvlp/train/checkpoint.hpp"
+
+namespace fnvlp::negatives {
+
+namespace fs = std::filesystem;
+
+MomentumMethod::MomentumMethod(const MethodEnv& env, double momentum, int64_t queue_size)
+    : env_(env), momentum_(momentum), queue_size_(queue_size) {
+  // Never trained, and run in eval mode so that its features and targets do not depend on a
+  // rank's dropout draws (ALBEF leaves it in train mode; tiny/small have dropout 0 anyway).
+  model_m_ = model::Albef(env_.model_config);
+  copy_module(*model_m_, *env_.model);
+  model_m_->eval();
+  for (auto& p : model_m_->parameters()) p.requires_grad_(false);
+  queue_ = FeatureQueue(queue_size_, env_.model_config.embed_dim);
+}
+
+// Keys = [all-gathered momentum features ; queue]. No gradient reaches the keys, so no cross-rank
+// term is needed for the exact data-parallel gradient (loss/itc.hpp).
+bool MomentumMethod::build_itc(StepContext& s, loss::ItcInputs& in) {
+  torch::NoGradGuard no_grad;
+  image_tokens_m_ = model_m_->encode_image(s.images);
+  loss::MomentumItc mi;
+  mi.img = s.img;
+  mi.txt = s.txt;
+  mi.img_m = model_m_->image_embed(image_tokens_m_);
+  mi.txt_m = model_m_->text_embed(model_m_->encode_text(s.batch.tokens, s.batch.attention_mask));
+  mi.img_m_all = allgather_rows(env_.comm, mi.img_m, &mi.offset);
+  mi.txt_m_all = allgather_rows(env_.comm, mi.txt_m, nullptr);
+  mi.image_id = s.batch.image_id;
+  mi.image_id_all = allgather_ids(env_.comm, s.batch.image_id);
+  mi.queue_img = queue_->img();
+  mi.queue_txt = queue_->txt();
+  mi.queue_image_id = queue_->image_id();
+  mi.temp = s.temp;
+  mi.alpha = s.soft_weight;
+  in = loss::momentum_itc_inputs(mi);
+  enqueue_ = {mi.img_m_all, mi.txt_m_all, mi.image_id_all,
+              allgather_ids(env_.comm, s.batch.pair_id)};
+  return true;
+}
+
+// ALBEF's distilled MLM: soft labels = softmax of the momentum model's MLM logits on the same
+// masked input, fused with the momentum image tokens; mixed with the same alpha.
+torch::Tensor MomentumMethod::mlm_loss(StepContext& s, const torch::Tensor& fused_at_masked) {
+  const loss::MlmMasking& m = s.masking;
+  const torch::Tensor logits = env_.model->mlm_logits(fused_at_masked);
+  torch::Tensor soft;
+  {
+    torch::NoGradGuard no_grad;
+    soft = torch::softmax(model_m_->mlm_logits(model_m_->fuse_at(
+                              model_m_->encode_text(m.input_ids, s.batch.attention_mask),
+                              s.batch.attention_mask, image_tokens_m_, m.positions)),
+                          1);
+  }
+  if (s.want_plain_mlm) s.mlm_plain = loss::mlm_loss(logits.detach(), m.targets).item<double>();
+  return loss::mlm_loss(logits, m.targets, soft, s.soft_weight);
+}
+
+// After the step taken: EMA of the new online weights, then the step's gathered momentum features
+// join the queue in global (rank) order.
+void MomentumMethod::after_step(StepContext& s) {
+  ema_update(*model_m_, *env_.model, momentum_);
+  queue_->enqueue(enqueue_.img, enqueue_.txt, enqueue_.image_id, enqueue_.pair_id);
+  s.clock.lap(StepClock::kOptimizer);
+}
+
+void MomentumMethod::save(const std::string& dir) {
+  if (!env_.comm.is_root()) return;
+  train::save_module(dir, "momentum_model", *model_m_);
+  train::save_module(dir, "momentum_queue", *queue_);
+}
+
+// A checkpoint without momentum state (written by a run with another loss.soft_targets) is
+// refused rather than completed by a copy of the online weights and an empty queue: that would
+// silently change the trajectory a resume promises to continue.
+void MomentumMethod::load(const std::string& dir, int) {
+  const fs::path model_file = fs::path(dir) / "momentum_model.pt";
+  const fs::path queue_file = fs::path(dir) / "momentum_queue.pt";
+  FNVLP_CHECK(fs::exists(model_file) && fs::exists(queue_file),
+              dir << ": no momentum state (momentum_model.pt, momentum_queue.pt): the checkpoint "
+                     "was written without loss.soft_targets=momentum and cannot be resumed "
+                     "with it; resume with the run's own loss.soft_targets, or start a new run");
+  train::load_module(dir, "momentum_model", *model_m_);
+  train::load_module(dir, "momentum_queue", *queue_);
+  queue_->check(queue_size_, env_.model_config.embed_dim);
+}
+
+uint64_t MomentumMethod::state_bytes() const {
+  return train::module_bytes(*model_m_) + train::module_bytes(*queue_);
+}
+
+}  // namespace fnvlp::negatives

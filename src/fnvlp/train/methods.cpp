@@ -1,0 +1,90 @@
+#include "fnvlp/train/methods.hpp"
+
+#include "fnvlp/negatives/falcon_method.hpp"
+#include "fnvlp/negatives/fnc_method.hpp"
+#include "fnvlp/negatives/glofnd_method.hpp"
+#include "fnvlp/negatives/grit_method.hpp"
+#include "fnvlp/negatives/momentum_method.hpp"
+#include "fnvlp/negatives/srcl_method.hpp"
+#include "fnvlp/negatives/tcl_method.hpp"
+
+namespace fnvlp::train {
+
+using negatives::NegativesKind;
+using negatives::SamplerKind;
+using negatives::SoftTargetsKind;
+
+// Momentum distillation refuses negatives.method (glofnd, fnc, srcl): their masks and weights
+// are [b, N] over the gathered columns, and with a queue most columns are momentum features of
+// earlier steps. GloFND's λ is a per-anchor quantile of the current model's similarities (the one
+// exported with the embeddings and checked by simstat); learned over lagging momentum keys it
+// would estimate another distribution. SRCL needs the helper's similarity for every column, which
+// queue entries do not have, and the FN telemetry needs their labels. FNC would run, but removing
+// top-ranked keys from the denominator fights the momentum soft targets, which put mass on
+// exactly those keys (ALBEF §3.3: soft targets are how ALBEF handles false negatives). Extending
+// them means deciding these questions, not only padding the masks, so the combination is an
+// error rather than a silent half-measure.
+void validate_methods(const PretrainConfig& cfg) {
+  const LossConfig& lc = cfg.loss;
+  FNVLP_CHECK(lc.soft_weight >= 0 && lc.soft_weight <= 1,
+              "loss.soft_weight " << lc.soft_weight << " not in [0, 1]");
+  FNVLP_CHECK(cfg.negatives.alpha >= 0 && cfg.negatives.alpha <= 1,
+              "negatives.alpha " << cfg.negatives.alpha << " not in [0, 1]");
+  if (lc.soft_targets == SoftTargetsKind::kMomentum) {
+    FNVLP_CHECK(lc.momentum >= 0 && lc.momentum <= 1,
+                "loss.momentum " << lc.momentum << " not in [0, 1] (ALBEF: 0.995)");
+    FNVLP_CHECK(lc.queue_size >= 0, "loss.queue_size " << lc.queue_size << " must be >= 0");
+    FNVLP_CHECK(cfg.negatives.method == NegativesKind::kNone,
+                "loss.soft_targets=momentum cannot be combined with negatives.method="
+                    << config::enum_to_name(cfg.negatives.method)
+                    << ": the methods' masks and weights are defined on the current model's "
+                       "similarities of the global batch, not on momentum keys and queue entries "
+                       "(see validate_methods in train/methods.cpp); use "
+                       "loss.soft_targets=pseudo or none with them");
+  }
+  if (cfg.sampler.kind != SamplerKind::kUniform)
+    // Grouped epochs read the previous epoch's embeddings; a resumed run reads them back from
+    // embeddings/epoch-EEE.h5, so they must be exported.
+    FNVLP_CHECK(cfg.train.export_embeddings,
+                "sampler.kind=" << config::enum_to_name(cfg.sampler.kind)
+                                << " needs train.export_embeddings=true (grouped epochs use the "
+                                   "previous epoch's embeddings, and a resume reads them back)");
+  if (cfg.sampler.kind == SamplerKind::kFalcon)
+    FNVLP_CHECK(cfg.loss.mlm_weight != 0,
+                "sampler.kind=falcon needs the MLM loss (loss.mlm_weight != 0): its reward is the "
+                "drop of L_MLM over the step (falcon.txt §3.3)");
+}
+
+std::vector<std::unique_ptr<negatives::Method>> make_methods(const PretrainConfig& cfg,
+                                                             const negatives::MethodEnv& env) {
+  validate_methods(cfg);
+  std::vector<std::unique_ptr<negatives::Method>> out;
+  if (cfg.loss.soft_targets == SoftTargetsKind::kMomentum)
+    out.push_back(
+        std::make_unique<negatives::MomentumMethod>(env, cfg.loss.momentum, cfg.loss.queue_size));
+  const NegativesConfig& nc = cfg.negatives;
+  switch (nc.method) {
+    case NegativesKind::kGlofnd:
+      out.push_back(
+          std::make_unique<negatives::GlofndMethod>(env, nc.alpha, nc.start_epoch, nc.glofnd));
+      break;
+    case NegativesKind::kFnc:
+      out.push_back(std::make_unique<negatives::FncMethod>(env, nc.alpha, nc.start_epoch));
+      break;
+    case NegativesKind::kSrcl:
+      out.push_back(std::make_unique<negatives::SrclMethod>(env, nc.srcl));
+      break;
+    case NegativesKind::kNone:
+      break;
+  }
+  const SamplerConfig& sc = cfg.sampler;
+  if (sc.kind == SamplerKind::kGrit)
+    out.push_back(std::make_unique<negatives::GritMethod>(env, sc.search_space, sc.grit));
+  if (sc.kind == SamplerKind::kFalcon)
+    out.push_back(std::make_unique<negatives::FalconMethod>(env, sc.search_space, sc.falcon));
+  if (cfg.loss.tcl.enabled)
+    out.push_back(std::make_unique<negatives::TclMethod>(env, cfg.loss.tcl));
+  return out;
+}
+
+}  // namespace fnvlp::train

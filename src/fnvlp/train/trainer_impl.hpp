@@ -1,0 +1,139 @@
+#pragma once
+// The pretraining loop's class, shared by trainer.cpp (the loop and the step) and
+// trainer_state.cpp (epoch ends, exports, checkpoints and resume). Private to train/.
+#include <torch/torch.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "fnvlp/core/timer.hpp"
+#include "fnvlp/data/augment.hpp"
+#include "fnvlp/data/dataset.hpp"
+#include "fnvlp/data/embeddings.hpp"
+#include "fnvlp/data/sampler.hpp"
+#include "fnvlp/loss/itc.hpp"
+#include "fnvlp/model/albef.hpp"
+#include "fnvlp/negatives/grouped_sampler.hpp"
+#include "fnvlp/negatives/method.hpp"
+#include "fnvlp/train/batch_source.hpp"
+#include "fnvlp/train/checkpoint.hpp"
+#include "fnvlp/train/components.hpp"
+#include "fnvlp/train/grad_sync.hpp"
+#include "fnvlp/train/pretrain_config.hpp"
+#include "fnvlp/train/run_dir.hpp"
+#include "fnvlp/train/step_telemetry.hpp"
+#include "fnvlp/train/trainer.hpp"
+#include "fnvlp/train/watchdog.hpp"
+
+namespace fnvlp::train {
+
+class Trainer {
+ public:
+  Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOptions& opt);
+
+  int run();
+
+ private:
+  uint64_t seed() const { return static_cast<uint64_t>(cfg_.train.seed); }
+  int64_t epoch_steps(int64_t epoch) const { return epoch == 0 ? uniform_steps_ : grouped_steps_; }
+  bool wants_epoch_embeddings() const {
+    for (const auto& m : methods_)
+      if (m->wants_epoch_embeddings()) return true;
+    return false;
+  }
+
+  // One optimizer step (or a skipped one), read top to bottom. Returns this rank's losses.
+  StepLosses train_step(const data::Batch& batch);
+
+  // The step's learning rate, dropout seed and fault injection points.
+  void begin_step(const data::Batch& batch);
+
+  // The local embeddings, the ITC inputs against the global batch (embeddings all-gathered
+  // without gradient, the exact gradient restored through the cross-rank term) and the methods'
+  // masks, weights or keys.
+  loss::ItcInputs itc_inputs(negatives::StepContext& s);
+
+  // ITM with hard negatives from the local batch (the fusion encoder needs their tokens); the
+  // methods' excluded negatives are not drawn (negatives.filter_itm). fuse_cls runs the last
+  // fusion layer for the [CLS] rows alone (exact; model/albef.hpp FusionPairs).
+  torch::Tensor itm_loss(negatives::StepContext& s, const loss::ItcInputs& in,
+                         const loss::ItcResult& itc, const std::vector<torch::Tensor>& image_keys);
+
+  // MLM on a masked copy of the captions, conditioned on the image, at the masked positions only
+  // (skipped at weight 0, as in retrieval fine-tuning: a third of the step's compute).
+  torch::Tensor mlm_loss(negatives::StepContext& s, const std::vector<torch::Tensor>& image_keys);
+
+  void sum_rows(torch::Tensor& t);
+
+  void log_progress(MetricsWriter& metrics, const BatchSource& loader);
+
+  void finish_epoch(Watchdog& dog, MetricsWriter& metrics);
+
+  // A resumed grouped epoch E uses the embeddings exported at the end of epoch E - 1.
+  void restore_epoch_embeddings();
+
+  void call_epoch_hook(Watchdog& dog, MetricsWriter& metrics);
+
+  // Every pair's embeddings with what the methods add (GloFND's λ): what the analysis job reads.
+  data::Embeddings embed_training_set();
+
+  // SIGUSR2 (agree_export): embeddings/step-SSSSSSS.h5 of the current weights, then training goes
+  // on. The samplers' embeddings stay those of the epoch end and no RNG stream is consumed, so the
+  // run's trajectory is unchanged.
+  void export_on_demand(Watchdog& dog);
+
+  void export_embeddings(Watchdog& dog, MetricsWriter& metrics);
+
+  // The checkpoint's pieces: each method's state (collective ones first), this rank's sampler
+  // cursor, and on rank 0 the model, its architecture, the optimizer and the loop's counters.
+  void register_components();
+  Component::SaveFn root_only(Component::SaveFn fn);
+  void save_loop_state(const std::string& dir);
+  void load_loop_state(const std::string& dir);
+  // The sampler's cursor is per rank; with another rank count the current epoch restarts from a
+  // fresh permutation (data order differs, model and optimizer state do not).
+  void load_sampler_state(const std::string& dir, int world_size);
+
+  void save_checkpoint(Watchdog& dog);
+
+  bool maybe_resume();
+
+  const Comm& comm_;
+  PretrainConfig cfg_;
+  PretrainOptions opt_;
+  RunDir run_;
+  data::PairDataset dataset_;
+  std::unique_ptr<data::PairDataset> val_;
+  data::BlockPartition partition_;
+  data::Augmenter augment_;
+  CheckpointManager ckpt_;
+  SkipCounter skips_;
+  StepTelemetry telemetry_;
+  model::Albef model_{nullptr};
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<FlatGradients> grads_;  // params_' gradients, one buffer for the allreduce
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<negatives::MethodEnv> env_;
+  std::vector<std::unique_ptr<negatives::Method>> methods_;
+  std::unique_ptr<data::UniformSampler> uniform_;  // the sampler when no method composes batches
+  data::Sampler* sampler_ = nullptr;
+  negatives::GroupedSampler* grouped_ = nullptr;  // sampler_ when it groups (grit, falcon)
+  Components components_;
+  nlohmann::json sampler_state_;  // the cursor after the last step taken
+  bool resume_in_epoch_ = false;
+  int64_t loop_step_in_epoch_ = 0;
+  int64_t uniform_steps_ = 0;  // steps of a uniform epoch (epoch 0 always)
+  int64_t grouped_steps_ = 0;  // steps of a grouped epoch (GRIT / FALCON, from epoch 1)
+  int64_t total_steps_ = 0;
+  int64_t step_ = 0;
+  int64_t epoch_ = 0;
+  int64_t step_in_epoch_ = 0;
+  int64_t last_exported_epoch_ = -1;
+  double last_lr_ = 0;
+  StepClock clock_;
+  data::Embeddings last_embeddings_;
+};
+
+}  // namespace fnvlp::train

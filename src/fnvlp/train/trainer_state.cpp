@@ -1,0 +1,172 @@
+// The pretraining loop's epoch ends, embedding exports, checkpoints and resume.
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <optional>
+
+#include "fnvlp/train/embed_export.hpp"
+#include "fnvlp/train/pretrained.hpp"
+#include "fnvlp/train/signals.hpp"
+#include "fnvlp/train/trainer_impl.hpp"
+
+namespace fnvlp::train {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using negatives::Method;
+
+void Trainer::finish_epoch(Watchdog& dog, MetricsWriter& metrics) {
+  if (cfg_.train.export_embeddings) export_embeddings(dog, metrics);
+  if (wants_epoch_embeddings()) {  // the next epoch groups by this epoch's embeddings
+    const auto [img, txt] = block_rows(last_embeddings_, partition_.block(comm_.rank()));
+    for (auto& m : methods_) m->set_epoch_embeddings(epoch_ + 1, img, txt);
+  }
+  call_epoch_hook(dog, metrics);
+}
+
+// A resumed grouped epoch E uses the embeddings exported at the end of epoch E - 1.
+void Trainer::restore_epoch_embeddings() {
+  if (!wants_epoch_embeddings()) return;
+  const std::string path = run_.embeddings_path(epoch_ - 1);
+  FNVLP_CHECK(fs::exists(path), path << ": missing; the grouped sampler of epoch " << epoch_
+                                     << " needs the embeddings of epoch " << epoch_ - 1);
+  const data::Embeddings e = data::read_embeddings(path);
+  FNVLP_CHECK(e.size() == dataset_.num_pairs(),
+              path << ": " << e.size() << " rows, the dataset has " << dataset_.num_pairs());
+  const auto [img, txt] = block_rows(e, partition_.block(comm_.rank()));
+  for (auto& m : methods_) m->set_epoch_embeddings(epoch_, img, txt);
+}
+
+void Trainer::call_epoch_hook(Watchdog& dog, MetricsWriter& metrics) {
+  if (!opt_.on_epoch_end) return;
+  auto guard = dog.long_phase("epoch-end hook");
+  json rec = opt_.on_epoch_end(*model_, epoch_, step_);
+  model_->train();
+  if (rec.is_object() && !rec.empty()) {
+    rec["step"] = step_;
+    rec["epoch"] = epoch_;
+    metrics.write(rec);
+  }
+}
+
+// Every pair's embeddings with what the methods add (GloFND's λ): what the analysis job reads.
+data::Embeddings Trainer::embed_training_set() {
+  data::Embeddings e =
+      embed_dataset(comm_, model_, augment_, dataset_, cfg_.train.export_batch, epoch_, step_);
+  for (auto& m : methods_) m->export_embeddings(e);
+  return e;
+}
+
+// SIGUSR2 (agree_export): embeddings/step-SSSSSSS.h5 of the current weights, then training goes
+// on. The samplers' embeddings stay those of the epoch end and no RNG stream is consumed, so the
+// run's trajectory is unchanged.
+void Trainer::export_on_demand(Watchdog& dog) {
+  auto guard = dog.long_phase("export embeddings");
+  const data::Embeddings e = embed_training_set();
+  const std::string path = fmt::format("{}/step-{:07d}.h5", run_.embeddings_dir(), step_);
+  comm_.collective([&] {
+    if (comm_.is_root()) data::write_embeddings(path, e);
+  });
+  if (comm_.is_root())
+    spdlog::info("pretrain: embeddings of {} pairs at step {} -> {} (requested by SIGUSR2)",
+                 e.size(), step_, path);
+}
+
+void Trainer::export_embeddings(Watchdog& dog, MetricsWriter& metrics) {
+  auto guard = dog.long_phase("export embeddings");
+  last_embeddings_ = embed_training_set();
+  comm_.collective([&] {
+    if (comm_.is_root()) data::write_embeddings(run_.embeddings_path(epoch_), last_embeddings_);
+  });
+  last_exported_epoch_ = epoch_;
+  if (!val_) return;
+  const std::string val_path =
+      run_.embeddings_dir() + "/val-" + fs::path(run_.embeddings_path(epoch_)).filename().string();
+  metrics.write(zero_shot_validation(comm_, model_, augment_, *val_, cfg_.train.export_batch,
+                                     epoch_, step_, val_path));
+}
+
+// The checkpoint's pieces: each method's state (collective ones first), this rank's sampler
+// cursor, and on rank 0 the model, its architecture, the optimizer and the loop's counters.
+void Trainer::register_components() {
+  for (auto& m : methods_) {
+    Method* mp = m.get();
+    components_.add({mp->name(), [mp](const std::string& d) { mp->save(d); },
+                     [mp](const std::string& d, int ws) { mp->load(d, ws); },
+                     mp->collective_save()});
+  }
+  components_.add({"sampler",
+                   [this](const std::string& d) {
+                     write_file((fs::path(d) / rank_file("sampler", comm_.rank())).string(),
+                                sampler_state_.dump());
+                   },
+                   [this](const std::string& d, int ws) { load_sampler_state(d, ws); }});
+  components_.add({"model", root_only([this](const std::string& d) {
+                     save_module(d, "model", *model_);
+                     write_model_config(d, cfg_.model);  // fnvlp-eval / --init read it
+                   }),
+                   [this](const std::string& d, int) { load_module(d, "model", *model_); }});
+  components_.add(
+      {"optimizer",
+       root_only([this](const std::string& d) { save_optimizer(d, "optimizer", *optimizer_); }),
+       [this](const std::string& d, int) { load_optimizer(d, "optimizer", *optimizer_); }});
+  components_.add({"trainer", root_only([this](const std::string& d) { save_loop_state(d); }),
+                   [this](const std::string& d, int) { load_loop_state(d); }});
+}
+
+Component::SaveFn Trainer::root_only(Component::SaveFn fn) {
+  return [this, fn](const std::string& d) {
+    if (comm_.is_root()) fn(d);
+  };
+}
+
+void Trainer::save_loop_state(const std::string& dir) {
+  const json state = {{"step", step_},
+                      {"epoch", epoch_},
+                      {"step_in_epoch", step_in_epoch_},
+                      {"world_size", comm_.size()},
+                      {"skipped_steps", skips_.total()},
+                      {"last_exported_epoch", last_exported_epoch_}};
+  write_file((fs::path(dir) / "trainer.json").string(), state.dump(2));
+}
+
+void Trainer::load_loop_state(const std::string& dir) {
+  const json state = json::parse(read_file((fs::path(dir) / "trainer.json").string()));
+  step_ = state.at("step").get<int64_t>();
+  epoch_ = state.at("epoch").get<int64_t>();
+  last_exported_epoch_ = state.value("last_exported_epoch", int64_t{-1});
+  loop_step_in_epoch_ = state.at("step_in_epoch").get<int64_t>();
+}
+
+// The sampler's cursor is per rank; with another rank count the current epoch restarts from a
+// fresh permutation (data order differs, model and optimizer state do not).
+void Trainer::load_sampler_state(const std::string& dir, int world_size) {
+  const auto file = fs::path(dir) / rank_file("sampler", comm_.rank());
+  if (world_size != comm_.size() || !fs::exists(file)) return;
+  sampler_state_ = json::parse(read_file(file.string()));
+  resume_in_epoch_ = true;
+}
+
+void Trainer::save_checkpoint(Watchdog& dog) {
+  auto guard = dog.long_phase("checkpoint", cfg_.checkpoint.save_timeout_s);
+  ckpt_.save(step_, [&](const std::string& dir) { components_.save(dir); });
+}
+
+bool Trainer::maybe_resume() {
+  if (opt_.resume.empty()) return false;
+  const std::optional<CheckpointInfo> info =
+      opt_.resume == "auto" ? ckpt_.latest_committed() : ckpt_.open(opt_.resume);
+  if (!info) {
+    if (comm_.is_root())
+      spdlog::info("pretrain: --resume auto found no committed checkpoint: fresh start");
+    return false;
+  }
+  components_.load(info->dir, info->world_size);
+  if (resume_in_epoch_) step_in_epoch_ = loop_step_in_epoch_;
+  if (comm_.is_root())
+    spdlog::info("pretrain: resumed from {} (step {}, epoch {}, written by {} ranks)", info->dir,
+                 step_, epoch_, info->world_size);
+  return true;
+}
+
+}  // namespace fnvlp::train
