@@ -452,9 +452,12 @@ class Step:
         try:
             with FlopCounterMode(display=False) as counter:
                 self(*batch)
+            return counter.get_total_flops()
+        except Exception as e:  # a check only: its failure must not cost the timed figures
+            print("count_flops: %s: %s" % (type(e).__name__, e), file=sys.stderr)
+            return None
         finally:
             self.forward = compiled
-        return counter.get_total_flops()
 
 
 # ------------------------------------------------------------------------------------------ data
