@@ -95,12 +95,17 @@ if device == "cuda":
     if not info["cuda_available"]:
         sys.exit("gpu_twin: torch.cuda.is_available() is False (PyTorch %s, CUDA %s)"
                  % (info["torch"], info["cuda"]))
-    if "H100" not in info["device_name"]:
+    name = info["device_name"]
+    if not ("H100" in name or "H200" in name) or "PCIe" in name:  # H200: the H100 SXM's peaks
         print("gpu_twin: the MFU peaks are H100 SXM's (bf16 %g, fp32 %g TFLOP/s): set "
               "FNVLP_TWIN_PEAK_BF16/FP32 for this GPU" % (peaks["bf16"], peaks["fp32"]),
               flush=True)
 
-batch_cfg = 32  # train.batch_size of tiny/small/base.yaml: none sets it, fnvlp's default is 32
+sys.path.insert(0, os.path.dirname(script))
+from pytorch_albef import load_config  # noqa: E402  (imports torch, creates no CUDA context)
+
+configs = {p: os.path.join(root, "jobs", "configs", p + ".yaml") for p in presets}
+batch_cfg = {p: load_config(configs[p])["train"]["batch_size"] for p in presets}  # all 32 now
 cells = []  # (preset, batch, precision, mode), most wanted first
 for mode in [m for m in ("eager", "compile") if m in modes]:
     # compile: bf16 cells before fp32 ones, the budget cutting fp32 first
@@ -109,7 +114,7 @@ for mode in [m for m in ("eager", "compile") if m in modes]:
         groups = [[p] for p in precs] if mode == "compile" else [precs]
         for group in groups:
             for preset in presets:
-                batch = batch_cfg if size == "config" else big.get(preset)
+                batch = batch_cfg[preset] if size == "config" else big.get(preset)
                 for prec in group:
                     if batch is not None:
                         cells.append((preset, int(batch), prec, mode))
@@ -141,8 +146,7 @@ for preset, batch, prec, mode in cells:
         print("%-26s skipped: %.0f s of the %.0f s budget left" % (name, left, budget), flush=True)
         continue
     limit = min(limits[mode], left)
-    config = os.path.join(root, "jobs", "configs", preset + ".yaml")
-    cmd = [sys.executable, script, "--config", config,
+    cmd = [sys.executable, script, "--config", configs[preset],
            "--mode", "compute", "--synthetic", "--device", device, "--precision", prec,
            "--batch-size", str(batch), "--steps", str(steps),
            "--warmup", str(compile_warmup if mode == "compile" else warmup)]
@@ -158,7 +162,10 @@ for preset, batch, prec, mode in cells:
         stdout, stderr = proc.communicate(timeout=limit)
         status = "ok" if proc.returncode == 0 else "error"
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # it ended meanwhile
+            pass
         stdout, stderr = proc.communicate()
         status = "timeout"
     secs = time.monotonic() - t0
