@@ -17,15 +17,27 @@ Same computation as one step of src/fnvlp/train/trainer.cpp on one rank:
 
 Modes:
   --mode compute  times --steps steps after --warmup steps on one fixed in-memory batch (pairs
-                  0..B-1 of a shard directory read with h5py: the very bytes bench_step reads);
+                  0..B-1 of a shard directory read with h5py: the very bytes bench_step reads;
+                  or --synthetic: random data of the preset's shapes, no files, torch alone);
   --mode epoch    trains through a torch.utils.data.DataLoader over the Flickr8k-128 JPEGs (PIL
                   decode, random resized crop 0.5-1.0 + horizontal flip + normalisation, WordPiece
                   via tests/bench/wordpiece.py): samples/s over --steps steps (0: one epoch),
                   timed after the first --skip steps (DataLoader start-up excluded, as a long
                   epoch amortises it).
 Prints one JSON line with the figures.
+
+GPU (issue 30; PyTorch 2.x): --device cuda, --precision bf16 (torch.autocast around the forward
+and losses, fp32 weights and AdamW), --compile (torch.compile of the forward and losses), --tf32.
+On CUDA the clock starts and stops after torch.cuda.synchronize(), per step, warm-up excluded.
+With any of these options (or --synthetic, --peak-tflops) the compute JSON adds: ms_per_step,
+warmup_s (compilation included), flops_per_sample (analytic: model_flops), tflops_per_s, mfu
+against --peak-tflops, flops_per_sample_counted (FlopCounterMode over one extra eager step,
+PyTorch >= 2.1) and on CUDA peak_mem_gib (torch.cuda.max_memory_allocated over the timed steps).
+Without them the JSON is as before (tests/bench/bench_pretrain.sh reads it).
+tests/bench/gpu_twin.sh runs the preset x precision x compile matrix.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -33,11 +45,15 @@ import random
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from PIL import Image
+
+try:  # --mode compute --synthetic needs torch alone (a GPU machine may have nothing else)
+    import numpy as np
+    from PIL import Image
+except ImportError:
+    np = Image = None
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wordpiece import WordPiece  # noqa: E402
@@ -59,6 +75,18 @@ DEFAULTS = {
 }
 
 
+def yaml_scalar(value):
+    """A plain YAML scalar of the configs: int, float, bool or (optionally quoted) string."""
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return value.strip("'\"")
+
+
 def load_config(path):
     try:
         import yaml
@@ -74,7 +102,7 @@ def load_config(path):
             if not line.startswith(" "):
                 section = raw.setdefault(key, {})
             else:
-                section[key] = float(value) if any(c in value for c in ".e") else int(value)
+                section[key] = yaml_scalar(value.strip())
     cfg = {k: dict(v) for k, v in DEFAULTS.items()}
     for section, values in raw.items():
         cfg.setdefault(section, {}).update(values or {})
@@ -240,7 +268,9 @@ class Albef(nn.Module):
         return x
 
     def mlm_logits(self, hidden):
-        h = self.mlm_norm(F.gelu(self.mlm_dense(hidden)))
+        # .float(): a no-op in fp32 and under CUDA autocast (layer norm in fp32); CPU autocast
+        # of PyTorch 1.13 would hand the norm bf16 with fp32 weights, which it refuses.
+        h = self.mlm_norm(F.gelu(self.mlm_dense(hidden)).float())
         return F.linear(h, self.text_embeddings.word_embeddings, self.mlm_bias)
 
     def clamped_temp(self):
@@ -275,22 +305,62 @@ def sample_negatives(sim, same_image):
 
 
 def mask_tokens(ids, attn, prob, vocab_size):
+    """BERT 80/10/10 masking: the masked copy and the selected positions as a boolean mask (their
+    indices are taken after the encoder, where a compiled step breaks its graph anyway)."""
+    dev = ids.device
     maskable = attn.ne(0) & ids.ne(PAD) & ids.ne(CLS) & ids.ne(SEP)
-    selected = (torch.rand(ids.shape) < prob) & maskable
-    u = torch.rand(ids.shape)
+    selected = (torch.rand(ids.shape, device=dev) < prob) & maskable
+    u = torch.rand(ids.shape, device=dev)
     masked = ids.masked_fill(selected & (u < 0.8), MASK)
     to_random = selected & (u >= 0.8) & (u < 0.9)
-    masked = torch.where(to_random, torch.randint(vocab_size, ids.shape), masked)
-    return masked, selected.view(-1).nonzero().view(-1), ids.view(-1)[selected.view(-1)]
+    masked = torch.where(to_random, torch.randint(vocab_size, ids.shape, device=dev), masked)
+    return masked, selected
+
+
+def model_flops(m, b, seq_len, itm_rows, mlm_tokens):
+    """Matmul FLOPs of one training step from the config, 2 per multiply-add: 3 x the forward's
+    (the backward's two products per matmul; the patch embedding's one, the images need no
+    gradient), the attention products included; embeddings, norms, softmax, GELU, the loss
+    reductions and the optimizer left out (no matmuls). Equal to FlopCounterMode's count of
+    the step given the same masked positions (checked for tiny, small and base, PyTorch 2.15).
+    b pairs of seq_len tokens, itm_rows fused ITM pairs (3b when every pair has negatives),
+    mlm_tokens masked positions (the MLM head's rows)."""
+    r, L, V, e = m["mlp_ratio"], seq_len, m["vocab_size"], m["embed_dim"]
+    vw, tw, p = m["vision_width"], m["text_width"], m["patch_size"]
+    n = (m["image_size"] // p) ** 2
+    T = n + 1
+    patch = 2 * n * 3 * p * p * vw
+    vit = patch + m["vision_layers"] * (2 * T * vw * vw * (4 + 2 * r) + 4 * T * T * vw)
+    text = m["text_layers"] * (2 * L * tw * tw * (4 + 2 * r) + 4 * L * L * tw)
+    # fusion: self qkv + output (4), cross q + output (2), FFN (2r); cross k/v on the T image
+    # tokens; self and cross attention products
+    fusion = m["fusion_layers"] * (2 * L * tw * tw * (6 + 2 * r) + 2 * T * vw * 2 * tw
+                                   + 4 * L * L * tw + 4 * L * T * tw)
+    forward = (b * (vit + 2 * vw * e + 2 * tw * e) + 4 * b * b * e  # encoders' [CLS], ITC logits
+               + 2 * b * text                                  # captions, masked captions
+               + (itm_rows + b) * fusion + itm_rows * 2 * tw * 2  # ITM pairs, MLM pairs
+               + mlm_tokens * (2 * tw * tw + 2 * tw * V))      # MLM head
+    return 3 * forward - b * patch
 
 
 class Step:
-    """One optimizer step of fnvlp-pretrain (trainer.cpp train_step, one rank)."""
+    """One optimizer step of fnvlp-pretrain (trainer.cpp train_step, one rank).
 
-    def __init__(self, cfg, total_steps):
+    device: where the model, the batch and the random draws live (the weights are drawn on the
+    CPU first: the same initial model on any device). precision "bf16": the forward and the
+    losses under torch.autocast(bfloat16), which keeps softmax, log-softmax, layer norm and the
+    losses in fp32; weights, gradients and AdamW's state stay fp32. compile_backend: the forward
+    and losses (self.losses) through torch.compile (PyTorch >= 2.0), the backward compiled with
+    it by AOTAutograd; learning rate, temperature clamp, clipping and AdamW stay eager. The step
+    waits for the device three times (nonzero: the ITM negatives that exist in either direction,
+    the MLM positions), where a compiled step also breaks its graph; the losses come back as a
+    tensor, read by the caller."""
+
+    def __init__(self, cfg, total_steps, device="cpu", precision="fp32", compile_backend=None,
+                 compile_mode=None):
         self.cfg, self.total = cfg, total_steps
         torch.manual_seed(cfg["train"]["seed"])
-        self.model = Albef(cfg["model"])
+        self.model = Albef(cfg["model"]).to(device)
         self.model.train()
         o = cfg["optim"]
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
@@ -301,6 +371,13 @@ class Step:
              {"params": no_decay, "weight_decay": 0.0}],
             lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"])
         self.step_no = 0
+        dev_type = torch.device(device).type
+        self.autocast = contextlib.nullcontext
+        if precision == "bf16":
+            self.autocast = lambda: torch.autocast(dev_type, dtype=torch.bfloat16)
+        self.forward = self.losses
+        if compile_backend:
+            self.forward = torch.compile(self.losses, backend=compile_backend, mode=compile_mode)
 
     def lr(self):
         o, s = self.cfg["optim"], self.step_no
@@ -312,16 +389,14 @@ class Step:
         progress = min(1.0, (s - o["warmup_steps"]) / span)
         return o["min_lr"] + (o["lr"] - o["min_lr"]) * 0.5 * (1 + math.cos(math.pi * progress))
 
-    def __call__(self, images, ids, mask, image_id):
-        model, lc = self.model, self.cfg["loss"]
-        for g in self.opt.param_groups:
-            g["lr"] = self.lr()
+    def losses(self, images, ids, mask, image_id):
+        """The forward and the weighted loss: (total, detached [itc, itm, mlm, total])."""
+        model, lc, dev = self.model, self.cfg["loss"], ids.device
         image_tokens = model.encode_image(images)
         text_hidden = model.encode_text(ids, mask)
         img = F.normalize(model.vision_proj(image_tokens[:, 0]), dim=-1)
         txt = F.normalize(model.text_proj(text_hidden[:, 0]), dim=-1)
-        itc, sim_i2t, sim_t2i = itc_loss(img, txt, model.clamped_temp(), image_id,
-                                         lc["soft_weight"])
+        itc, sim_i2t, sim_t2i = itc_loss(img, txt, model.temp, image_id, lc["soft_weight"])
 
         # ITM: b positives, a hard negative image per text and a hard negative text per image.
         b = ids.shape[0]
@@ -329,23 +404,35 @@ class Step:
             same = image_id.unsqueeze(1).eq(image_id.unsqueeze(0))
             neg_image = sample_negatives(sim_t2i, same)
             neg_text = sample_negatives(sim_i2t, same)
-        ar = torch.arange(b)
-        image_index = torch.cat([ar, neg_image[neg_image >= 0], ar[neg_text >= 0]])
-        text_index = torch.cat([ar, ar[neg_image >= 0], neg_text[neg_text >= 0]])
-        labels = torch.cat([torch.ones(b, dtype=torch.long),
-                            torch.zeros(image_index.shape[0] - b, dtype=torch.long)])
+            has_image = neg_image.ge(0).nonzero().view(-1)  # texts that got a negative image
+            has_text = neg_text.ge(0).nonzero().view(-1)
+        ar = torch.arange(b, device=dev)
+        image_index = torch.cat([ar, neg_image[has_image], has_text])
+        text_index = torch.cat([ar, has_image, neg_text[has_text]])
+        labels = torch.cat([torch.ones(b, dtype=torch.long, device=dev),
+                            torch.zeros(image_index.shape[0] - b, dtype=torch.long, device=dev)])
         fused = model.fuse(text_hidden[text_index], mask[text_index], image_tokens[image_index])
         itm = F.cross_entropy(model.itm_head(fused[:, 0]), labels)
 
         # MLM on a masked copy of the captions, conditioned on the image; masked positions only.
-        masked_ids, positions, targets = mask_tokens(ids, mask, lc["mlm_probability"],
-                                                     self.cfg["model"]["vocab_size"])
+        masked_ids, selected = mask_tokens(ids, mask, lc["mlm_probability"],
+                                           self.cfg["model"]["vocab_size"])
         masked_fused = model.fuse(model.encode_text(masked_ids, mask), mask, image_tokens)
+        positions = selected.view(-1).nonzero().view(-1)
         hidden = masked_fused.reshape(-1, masked_fused.shape[2]).index_select(0, positions)
-        mlm = F.cross_entropy(model.mlm_logits(hidden), targets)
+        mlm = F.cross_entropy(model.mlm_logits(hidden), ids.view(-1).index_select(0, positions))
 
         total = lc["itc_weight"] * itc + lc["itm_weight"] * itm + lc["mlm_weight"] * mlm
-        losses = (itc.item(), itm.item(), mlm.item(), total.item())
+        return total, torch.stack([itc, itm, mlm, total]).detach()
+
+    def __call__(self, images, ids, mask, image_id):
+        """One step; returns the detached losses [itc, itm, mlm, total] (reading them is the
+        caller's: a device tensor read every step would wait for the device)."""
+        for g in self.opt.param_groups:
+            g["lr"] = self.lr()
+        self.model.clamped_temp()
+        with self.autocast():
+            total, losses = self.forward(images, ids, mask, image_id)
         self.opt.zero_grad()
         total.backward()
         if self.cfg["optim"]["grad_clip"] > 0:
@@ -353,6 +440,24 @@ class Step:
         self.opt.step()
         self.step_no += 1
         return losses
+
+    def count_flops(self, *batch):
+        """FLOPs of one more step, run eagerly under torch.utils.flop_counter.FlopCounterMode
+        (PyTorch >= 2.1: matmuls and convolutions, forward and backward); None without it."""
+        try:
+            from torch.utils.flop_counter import FlopCounterMode
+        except ImportError:
+            return None
+        compiled, self.forward = self.forward, self.losses
+        try:
+            with FlopCounterMode(display=False) as counter:
+                self(*batch)
+            return counter.get_total_flops()
+        except Exception as e:  # a check only: its failure must not cost the timed figures
+            print("count_flops: %s: %s" % (type(e).__name__, e), file=sys.stderr)
+            return None
+        finally:
+            self.forward = compiled
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -431,12 +536,66 @@ def shard_batch(shard_dir, b, image_size):
     return x.contiguous(), tokens, mask, image_id
 
 
+def synthetic_batch(b, m, seed):
+    """A batch of the preset's shapes from random numbers, no files (--synthetic): uint8 images
+    normalised as shard_batch's, captions of 8-20 tokens [CLS] ... [SEP] (two dice: mean 14;
+    Flickr8k's WordPiece captions: mean 14.2, 5-95% 9-21) of random ordinary word pieces, padded
+    to max_len; every 8th pair shares its predecessor's image and image_id (a few multi-positive
+    ITC rows and excluded ITM negatives, as Flickr's five captions per image give)."""
+    g = torch.Generator().manual_seed(seed)
+    size, length = m["image_size"], m["max_len"]
+    pixels = torch.randint(0, 256, (b, 3, size, size), generator=g, dtype=torch.uint8)
+    image_id = torch.arange(b)
+    for i in range(8, b, 8):
+        pixels[i], image_id[i] = pixels[i - 1], image_id[i - 1]
+    lengths = (8 + torch.randint(0, 7, (b,), generator=g)
+               + torch.randint(0, 7, (b,), generator=g)).clamp_(max=length)
+    # 1996: bert-base-uncased's first ordinary word piece ("the"), after [unused]/punctuation.
+    tokens = torch.randint(1996, m["vocab_size"], (b, length), generator=g)
+    mask = (torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    tokens = tokens.masked_fill(mask.eq(0), PAD)
+    tokens[:, 0] = CLS
+    tokens.scatter_(1, (lengths - 1).unsqueeze(1), SEP)
+    x = (pixels.float() / 255 - torch.tensor(MEAN).view(1, 3, 1, 1)) / torch.tensor(STD).view(
+        1, 3, 1, 1)
+    return x.contiguous(), tokens, mask, image_id
+
+
 # ------------------------------------------------------------------------------------------ main
+def setup_device(a, ap):
+    """Checks --device/--precision/--compile against this PyTorch; returns the compile backend."""
+    if a.device == "cuda":
+        if not torch.cuda.is_available():
+            ap.error("--device cuda: torch.cuda.is_available() is False (PyTorch %s, CUDA build %s)"
+                     % (torch.__version__, torch.version.cuda))
+        if a.precision == "bf16" and not torch.cuda.is_bf16_supported():
+            ap.error("--precision bf16: this GPU has no bfloat16 support")
+        # PyTorch's defaults (fp32 matmuls in full fp32, cuDNN convolutions in TF32) unless --tf32.
+        if a.tf32:
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+    elif a.tf32:
+        ap.error("--tf32 is for --device cuda")
+    if a.compile and not hasattr(torch, "compile"):
+        ap.error("--compile needs PyTorch >= 2.0 (torch.compile); this is PyTorch %s"
+                 % torch.__version__)
+    if a.mode == "epoch" and a.synthetic:
+        ap.error("--synthetic is for --mode compute")
+    return a.compile_backend if a.compile else None
+
+
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--config", required=True, help="jobs/configs/{tiny,small}.yaml")
+    ap.add_argument("--config", required=True, help="jobs/configs/{tiny,small,base}.yaml")
     ap.add_argument("--mode", choices=["compute", "epoch"], required=True)
     ap.add_argument("--data", help="compute: fnvlp shard directory (the fixed batch)")
+    ap.add_argument("--synthetic", action="store_true",
+                    help="compute: a random batch of the preset's shapes instead of --data")
     ap.add_argument("--flickr", help="epoch: the flickr8k-128 folder (captions/splits/images)")
     ap.add_argument("--vocab", help="epoch: bert-base-uncased vocabulary")
     ap.add_argument("--split", default="train")
@@ -446,55 +605,122 @@ def main():
     ap.add_argument("--skip", type=int, default=10, help="epoch: untimed steps first")
     ap.add_argument("--num-workers", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: torch.autocast around the forward and losses (fp32 weights)")
+    ap.add_argument("--tf32", action="store_true",
+                    help="cuda: TF32 tensor cores for fp32 matmuls and convolutions")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the forward and losses (PyTorch >= 2.0)")
+    ap.add_argument("--compile-backend", default="inductor",
+                    help="with --compile (aot_eager: a cheap check of the graph capture on CPU)")
+    ap.add_argument("--compile-mode", help="with --compile: torch.compile's mode")
+    ap.add_argument("--peak-tflops", type=float,
+                    help="compute: the device's peak TFLOP/s for the precision; adds mfu")
+    ap.add_argument("--flop-count", choices=["auto", "off"], default="auto",
+                    help="compute: auto = one extra eager step under FlopCounterMode after the "
+                         "timed ones, where PyTorch has it (>= 2.1)")
     a = ap.parse_args()
+    backend = setup_device(a, ap)
+    # New keys in the JSON only where a new option is in use: the existing modes print as before.
+    extended = (a.device != "cpu" or a.precision != "fp32" or a.compile or a.synthetic
+                or a.tf32 or a.peak_tflops is not None)
+    if a.mode == "compute" and not (a.synthetic or a.data):
+        ap.error("--mode compute needs --data SHARD_DIR or --synthetic")
 
     torch.set_num_threads(a.threads)
     cfg = load_config(a.config)
     b = a.batch_size or cfg["train"]["batch_size"]
     m = cfg["model"]
+    dev = a.device
     out = {"impl": "pytorch", "torch": torch.__version__, "mode": a.mode, "batch": b,
            "config": os.path.basename(a.config), "image_size": m["image_size"],
            "threads": torch.get_num_threads()}
+    if extended:
+        out.update(device=dev, precision=a.precision, compile=bool(a.compile),
+                   data="synthetic" if a.synthetic else "shards")
+        if backend:
+            out.update(compile_backend=backend, compile_mode=a.compile_mode)
+        if dev == "cuda":
+            out.update(device_name=torch.cuda.get_device_name(),
+                       matmul_tf32=torch.backends.cuda.matmul.allow_tf32,
+                       cudnn_tf32=torch.backends.cudnn.allow_tf32)
 
     if a.mode == "compute":
-        batch = shard_batch(a.data, b, m["image_size"])
-        step = Step(cfg, a.warmup + a.steps)
+        if a.synthetic:
+            batch = synthetic_batch(b, m, cfg["train"]["seed"])
+        else:
+            batch = shard_batch(a.data, b, m["image_size"])
+        batch = tuple(t.to(dev, non_blocking=True) for t in batch)
+        step = Step(cfg, a.warmup + a.steps, dev, a.precision, backend, a.compile_mode)
+        t0 = time.perf_counter()
         for _ in range(a.warmup):
             step(*batch)
+        sync(dev)
+        warmup_s = time.perf_counter() - t0
+        if dev == "cuda":
+            torch.cuda.reset_peak_memory_stats()
         times, cpu = [], []  # wall and process CPU seconds (the latter ignores other jobs)
         for _ in range(a.steps):
+            sync(dev)  # the device is idle when the clock starts, done when it stops
             t0, c0 = time.perf_counter(), time.process_time()
             losses = step(*batch)
+            sync(dev)
             cpu.append(time.process_time() - c0)
             times.append(time.perf_counter() - t0)
         mean = sum(times) / len(times)
         out.update(steps=a.steps, step_s_mean=mean, step_s_median=sorted(times)[len(times) // 2],
                    step_s_min=min(times), step_cpu_s_mean=sum(cpu) / len(cpu),
-                   samples_per_s=b / mean, last_losses=losses)
+                   samples_per_s=b / mean, last_losses=losses.tolist())
+        if extended:
+            images, ids, mask, image_id = batch
+            same = image_id.unsqueeze(1).eq(image_id.unsqueeze(0))
+            itm_rows = b + 2 * int((~same).any(1).sum())
+            maskable = mask.ne(0) & ids.ne(PAD) & ids.ne(CLS) & ids.ne(SEP)
+            mlm_tokens = cfg["loss"]["mlm_probability"] * int(maskable.sum())  # expected
+            flops = model_flops(m, b, ids.shape[1], itm_rows, mlm_tokens)
+            out.update(warmup=a.warmup, warmup_s=warmup_s, ms_per_step=mean * 1e3,
+                       flops_per_sample=flops / b,
+                       flops_source="analytic: 3 x forward matmul FLOPs from the config, "
+                                    "expected masked tokens",
+                       tflops_per_s=flops / mean / 1e12)
+            if dev == "cuda":
+                out.update(peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30,
+                           peak_mem_reserved_gib=torch.cuda.max_memory_reserved() / 2**30)
+            if a.peak_tflops:
+                out.update(peak_tflops=a.peak_tflops, mfu=flops / mean / (a.peak_tflops * 1e12))
+            if a.flop_count == "auto":
+                counted = step.count_flops(*batch)
+                out.update(flops_per_sample_counted=counted / b if counted else None)
     else:
+        if Image is None:
+            ap.error("--mode epoch needs numpy and PIL")
         ds = FlickrPairs(a.flickr, a.split, a.vocab, m["image_size"], m["max_len"],
                          cfg["augment"])
         loader = torch.utils.data.DataLoader(ds, batch_size=b, shuffle=True, drop_last=True,
-                                             num_workers=a.num_workers)
+                                             num_workers=a.num_workers,
+                                             pin_memory=dev == "cuda")
         total = a.steps + a.skip if a.steps > 0 else len(loader)
-        step = Step(cfg, total)
+        step = Step(cfg, total, dev, a.precision, backend, a.compile_mode)
         t_start = time.perf_counter()
         wait = 0.0
         it = iter(loader)
         t_timed = None
         for s in range(total):
             if s == a.skip:
+                sync(dev)
                 t_timed, wait = time.perf_counter(), 0.0
             t0 = time.perf_counter()
             images, ids, mask, image_id = next(it)
             wait += time.perf_counter() - t0
-            losses = step(images, ids, mask, image_id)
+            losses = step(*(t.to(dev, non_blocking=True) for t in (images, ids, mask, image_id)))
+        sync(dev)
         t_end = time.perf_counter()
         timed = total - a.skip
         out.update(pairs=len(ds), steps=total, timed_steps=timed, num_workers=a.num_workers,
                    samples_per_s=timed * b / (t_end - t_timed),
                    samples_per_s_whole=total * b / (t_end - t_start),
-                   data_wait=wait / (t_end - t_timed), last_losses=losses)
+                   data_wait=wait / (t_end - t_timed), last_losses=losses.tolist())
     print(json.dumps(out), flush=True)
 
 
