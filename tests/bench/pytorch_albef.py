@@ -268,9 +268,11 @@ class Albef(nn.Module):
         return x
 
     def mlm_logits(self, hidden):
-        # .float(): a no-op in fp32 and under CUDA autocast (layer norm in fp32); CPU autocast
-        # of PyTorch 1.13 would hand the norm bf16 with fp32 weights, which it refuses.
-        h = self.mlm_norm(F.gelu(self.mlm_dense(hidden)).float())
+        # In the norm's dtype: a no-op in fp32 (or the golden generator's fp64 check) and under
+        # CUDA autocast (layer norm in fp32); CPU autocast of PyTorch 1.13 would hand the norm
+        # bf16 with fp32 weights, which it refuses.
+        h = F.gelu(self.mlm_dense(hidden))
+        h = self.mlm_norm(h.to(self.mlm_norm.weight.dtype))
         return F.linear(h, self.text_embeddings.word_embeddings, self.mlm_bias)
 
     def clamped_temp(self):
