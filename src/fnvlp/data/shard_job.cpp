@@ -70,13 +70,6 @@ bool is_fnvlp_output(const std::string& name) {
          name == std::string(".") + kManifestName + ".tmp";
 }
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 struct LocalShard {
   size_t plan_index = 0;
   fs::path tmp;
@@ -377,7 +370,7 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
     if (!comm.is_root()) return;
     Manifest m;
     m.created_by = std::string("fnvlp-shard ") + kVersion + " (" + kGitCommit + ")";
-    m.created_at = utc_now();
+    m.created_at = utc_now_iso8601();
     m.image_size = o.image_size;
     m.max_len = o.max_len;
     m.vocab_path = fs::absolute(o.vocab).string();

@@ -27,12 +27,12 @@
 #include "fnvlp/negatives/glofnd.hpp"
 #include "fnvlp/negatives/grouped_sampler.hpp"
 #include "fnvlp/negatives/srcl.hpp"
+#include "fnvlp/store/pretrained.hpp"
+#include "fnvlp/store/run_dir.hpp"
 #include "fnvlp/train/batch_source.hpp"
 #include "fnvlp/train/fused_adamw.hpp"
 #include "fnvlp/train/grad_sync.hpp"
 #include "fnvlp/train/momentum.hpp"
-#include "fnvlp/train/pretrained.hpp"
-#include "fnvlp/train/run_dir.hpp"
 #include "fnvlp/train/schedule.hpp"
 #include "fnvlp/train/signals.hpp"
 
@@ -40,6 +40,27 @@ namespace fnvlp::train {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+// The run directory and checkpoints moved to store/ (issue 26); their names as they were here.
+using store::CheckpointInfo;
+using store::CheckpointManager;
+using store::load_module;
+using store::load_optimizer;
+using store::load_per_pair;
+using store::load_pretrained_weights;
+using store::MetricsWriter;
+using store::module_bytes;
+using store::optimizer_state_bytes;
+using store::PerPairRows;
+using store::rank_file;
+using store::read_file;
+using store::RunDir;
+using store::RunStatus;
+using store::RunSummary;
+using store::save_module;
+using store::save_optimizer;
+using store::save_per_pair;
+using store::write_file;
+using store::write_model_config;
 
 namespace {
 

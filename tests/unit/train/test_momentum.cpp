@@ -13,12 +13,14 @@
 #include "fnvlp/core/error.hpp"
 #include "fnvlp/loss/itc.hpp"
 #include "fnvlp/model/albef.hpp"
-#include "fnvlp/train/checkpoint.hpp"
+#include "fnvlp/store/checkpoint.hpp"
 #include "fnvlp/train/momentum.hpp"
 #include "fnvlp/train/pretrain_config.hpp"
 
 namespace fs = std::filesystem;
 using namespace fnvlp::train;
+using fnvlp::store::load_module;
+using fnvlp::store::save_module;
 namespace F = torch::nn::functional;
 
 namespace {

@@ -10,11 +10,11 @@
 
 #include "fnvlp/comm/comm.hpp"
 #include "fnvlp/core/sha256.hpp"
-#include "fnvlp/train/checkpoint.hpp"
+#include "fnvlp/store/checkpoint.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using namespace fnvlp::train;
+using namespace fnvlp::store;
 
 namespace {
 
