@@ -20,7 +20,6 @@
 //   bench_step --config jobs/configs/tiny.yaml --data SHARDS [--steps 20] [--warmup 3]
 //              [--falcon-reward] [--set train.batch_size=32 ...]
 // Prints one JSON line (rank 0): mean/median/min step seconds and samples/s (global).
-#include <mpi.h>
 #include <torch/torch.h>
 
 #include <dlfcn.h>
@@ -188,7 +187,7 @@ class StepBench {
 
   void sum_rows(torch::Tensor& t) {
     t = t.contiguous();
-    comm_.allreduce(t.data_ptr<float>(), static_cast<size_t>(t.numel()), MPI_SUM);
+    comm_.allreduce(t.data_ptr<float>(), static_cast<size_t>(t.numel()), ReduceOp::kSum);
   }
 
   const Comm& comm_;
@@ -292,11 +291,11 @@ int run(Comm& comm, int argc, char** argv) {
         reward.measure(flops, blas_ns, [&] { return bench.reward_pass(images, batch); }));
   }
   // A step of the job lasts as long as its slowest rank.
-  comm.allreduce(step.wall.data(), step.wall.size(), MPI_MAX);
-  comm.allreduce(step.cpu.data(), step.cpu.size(), MPI_MAX);
+  comm.allreduce(step.wall.data(), step.wall.size(), ReduceOp::kMax);
+  comm.allreduce(step.cpu.data(), step.cpu.size(), ReduceOp::kMax);
   if (falcon_reward) {
-    comm.allreduce(reward.wall.data(), reward.wall.size(), MPI_MAX);
-    comm.allreduce(reward.cpu.data(), reward.cpu.size(), MPI_MAX);
+    comm.allreduce(reward.wall.data(), reward.wall.size(), ReduceOp::kMax);
+    comm.allreduce(reward.cpu.data(), reward.cpu.size(), ReduceOp::kMax);
   }
   const double mean = std::accumulate(step.wall.begin(), step.wall.end(), 0.0) / step.wall.size();
   const double cpu_mean = std::accumulate(step.cpu.begin(), step.cpu.end(), 0.0) / step.cpu.size();

@@ -811,7 +811,7 @@ class Trainer {
 
   void sum_rows(torch::Tensor& t) {
     t = t.contiguous();
-    comm_.allreduce(t.data_ptr<float>(), static_cast<size_t>(t.numel()), MPI_SUM);
+    comm_.allreduce(t.data_ptr<float>(), static_cast<size_t>(t.numel()), ReduceOp::kSum);
   }
 
   void log_progress(MetricsWriter& metrics, const StepLosses& sum, int64_t n,
