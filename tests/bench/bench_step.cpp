@@ -51,7 +51,6 @@
 namespace {
 
 using namespace fnvlp;
-constexpr int64_t kPadId = 0, kClsId = 101, kSepId = 102, kMaskId = 103;
 
 torch::Generator step_generator(int64_t seed, int64_t step, int rank, uint64_t stream) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>();
@@ -62,8 +61,9 @@ torch::Generator step_generator(int64_t seed, int64_t step, int rank, uint64_t s
 
 class StepBench {
  public:
-  StepBench(const Comm& comm, const train::PretrainConfig& cfg, int64_t total_steps)
-      : comm_(comm), cfg_(cfg), total_steps_(total_steps), model_(nullptr) {
+  StepBench(const Comm& comm, const train::PretrainConfig& cfg, int64_t total_steps,
+            const data::SpecialTokens& special)
+      : comm_(comm), cfg_(cfg), total_steps_(total_steps), special_(special), model_(nullptr) {
     torch::set_num_threads(static_cast<int>(cfg_.train.threads));
     set_blas_threads(static_cast<int>(cfg_.train.threads));
     torch::manual_seed(static_cast<uint64_t>(cfg_.train.seed));
@@ -136,8 +136,9 @@ class StepBench {
     const torch::Tensor itm = loss::itm_loss(model_->itm_logits(fused), pairs.labels);
 
     auto mlm_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 3);
-    masking_ = loss::mask_tokens(ids, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size,
-                                 kMaskId, {kPadId, kClsId, kSepId}, mlm_gen);
+    masking_ =
+        loss::mask_tokens(ids, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size,
+                          special_.mask, {special_.pad, special_.cls, special_.sep}, mlm_gen);
     const torch::Tensor mlm = masked_lm_loss(image_keys, mask);
 
     torch::Tensor total =
@@ -193,6 +194,7 @@ class StepBench {
   const Comm& comm_;
   train::PretrainConfig cfg_;
   int64_t total_steps_;
+  data::SpecialTokens special_;
   int64_t step_ = 0;
   model::Albef model_;
   std::vector<torch::Tensor> params_;
@@ -275,7 +277,7 @@ int run(Comm& comm, int argc, char** argv) {
   const data::Augmenter augment(cfg.augment, cfg.model.image_size);
   const torch::Tensor images = augment.eval(batch.images);
 
-  StepBench bench(comm, cfg, warmup + steps);
+  StepBench bench(comm, cfg, warmup + steps, dataset.special_tokens());
   for (int64_t s = 0; s < warmup; ++s) bench.step(images, batch);
   const BlasCounter flops = preloaded_counter("fnvlp_gemm_flops");
   const BlasCounter blas_ns = preloaded_counter("fnvlp_gemm_ns");

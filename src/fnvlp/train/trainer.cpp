@@ -64,8 +64,6 @@ using store::write_model_config;
 
 namespace {
 
-constexpr int64_t kPadId = 0, kClsId = 101, kSepId = 102, kMaskId = 103;
-
 // Per-step seeding: every random draw of step s on rank r comes from a generator seeded by
 // (seed, s, r, stream), so a resumed run draws exactly what the uninterrupted one drew without
 // saving generator states.
@@ -723,8 +721,9 @@ class Trainer {
     double mlm_hard = 0;  // plain cross-entropy (FALCON's reward compares it after the update)
     if (cfg_.loss.mlm_weight != 0) {
       auto mlm_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 3);
-      m = loss::mask_tokens(ids, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size, kMaskId,
-                            {kPadId, kClsId, kSepId}, mlm_gen);
+      const data::SpecialTokens& special = dataset_.special_tokens();
+      m = loss::mask_tokens(ids, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size,
+                            special.mask, {special.pad, special.cls, special.sep}, mlm_gen);
       const torch::Tensor at_masked = model_->fuse_at(model_->encode_text(m.input_ids, mask), mask,
                                                       image_keys, {}, m.positions);
       if (momentum_) {
