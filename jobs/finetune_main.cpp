@@ -5,13 +5,13 @@
 
 #include "fnvlp/comm/job_main.hpp"
 #include "fnvlp/core/config.hpp"
-#include "fnvlp/train/finetune.hpp"
+#include "fnvlp/finetune/finetune.hpp"
 
 int main(int argc, char** argv) {
   return fnvlp::job_main(
       argc, argv, "fnvlp-finetune", [](fnvlp::Comm& comm, int argc, char** argv) {
         std::string config_path;
-        fnvlp::train::FinetuneOptions opt;
+        fnvlp::finetune::FinetuneOptions opt;
         std::vector<std::string> overrides;
         cxxopts::Options cli("fnvlp-finetune", "retrieval fine-tuning (run under srun/mpirun)");
         // clang-format off
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
         }
         FNVLP_CHECK(!opt.data_dir.empty() && !opt.run_dir.empty(), "--data and --out are required");
         const auto cfg =
-            fnvlp::config::load_typed<fnvlp::train::FinetuneConfig>(config_path, overrides);
-        return fnvlp::train::run_finetuning(comm, cfg, opt);
+            fnvlp::config::load_typed<fnvlp::finetune::FinetuneConfig>(config_path, overrides);
+        return fnvlp::finetune::run_finetuning(comm, cfg, opt);
       });
 }

@@ -20,7 +20,6 @@
 //   bench_step --config jobs/configs/tiny.yaml --data SHARDS [--steps 20] [--warmup 3]
 //              [--falcon-reward] [--set train.batch_size=32 ...]
 // Prints one JSON line (rank 0): mean/median/min step seconds and samples/s (global).
-#include <mpi.h>
 #include <torch/torch.h>
 
 #include <dlfcn.h>
@@ -52,7 +51,6 @@
 namespace {
 
 using namespace fnvlp;
-constexpr int64_t kPadId = 0, kClsId = 101, kSepId = 102, kMaskId = 103;
 
 torch::Generator step_generator(int64_t seed, int64_t step, int rank, uint64_t stream) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>();
@@ -63,8 +61,9 @@ torch::Generator step_generator(int64_t seed, int64_t step, int rank, uint64_t s
 
 class StepBench {
  public:
-  StepBench(const Comm& comm, const train::PretrainConfig& cfg, int64_t total_steps)
-      : comm_(comm), cfg_(cfg), total_steps_(total_steps), model_(nullptr) {
+  StepBench(const Comm& comm, const train::PretrainConfig& cfg, int64_t total_steps,
+            const data::SpecialTokens& special)
+      : comm_(comm), cfg_(cfg), total_steps_(total_steps), special_(special), model_(nullptr) {
     torch::set_num_threads(static_cast<int>(cfg_.train.threads));
     set_blas_threads(static_cast<int>(cfg_.train.threads));
     torch::manual_seed(static_cast<uint64_t>(cfg_.train.seed));
@@ -139,8 +138,9 @@ class StepBench {
     const torch::Tensor itm = loss::itm_loss(model_->itm_logits(fused), pairs.labels);
 
     auto mlm_gen = step_generator(cfg_.train.seed, step_, comm_.rank(), 3);
-    masking_ = loss::mask_tokens(ids, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size,
-                                 kMaskId, {kPadId, kClsId, kSepId}, mlm_gen);
+    masking_ =
+        loss::mask_tokens(ids, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size,
+                          special_.mask, {special_.pad, special_.cls, special_.sep}, mlm_gen);
     const torch::Tensor mlm = masked_lm_loss(image_keys, mask);
 
     torch::Tensor total =
@@ -190,12 +190,13 @@ class StepBench {
 
   void sum_rows(torch::Tensor& t) {
     t = t.contiguous();
-    comm_.allreduce(t.data_ptr<float>(), static_cast<size_t>(t.numel()), MPI_SUM);
+    comm_.allreduce(t.data_ptr<float>(), static_cast<size_t>(t.numel()), ReduceOp::kSum);
   }
 
   const Comm& comm_;
   train::PretrainConfig cfg_;
   int64_t total_steps_;
+  data::SpecialTokens special_;
   int64_t step_ = 0;
   model::Albef model_;
   std::vector<torch::Tensor> params_;
@@ -278,7 +279,7 @@ int run(Comm& comm, int argc, char** argv) {
   const data::Augmenter augment(cfg.augment, cfg.model.image_size);
   const torch::Tensor images = augment.eval(batch.images);
 
-  StepBench bench(comm, cfg, warmup + steps);
+  StepBench bench(comm, cfg, warmup + steps, dataset.special_tokens());
   for (int64_t s = 0; s < warmup; ++s) bench.step(images, batch);
   const BlasCounter flops = preloaded_counter("fnvlp_gemm_flops");
   const BlasCounter blas_ns = preloaded_counter("fnvlp_gemm_ns");
@@ -294,11 +295,11 @@ int run(Comm& comm, int argc, char** argv) {
         reward.measure(flops, blas_ns, [&] { return bench.reward_pass(images, batch); }));
   }
   // A step of the job lasts as long as its slowest rank.
-  comm.allreduce(step.wall.data(), step.wall.size(), MPI_MAX);
-  comm.allreduce(step.cpu.data(), step.cpu.size(), MPI_MAX);
+  comm.allreduce(step.wall.data(), step.wall.size(), ReduceOp::kMax);
+  comm.allreduce(step.cpu.data(), step.cpu.size(), ReduceOp::kMax);
   if (falcon_reward) {
-    comm.allreduce(reward.wall.data(), reward.wall.size(), MPI_MAX);
-    comm.allreduce(reward.cpu.data(), reward.cpu.size(), MPI_MAX);
+    comm.allreduce(reward.wall.data(), reward.wall.size(), ReduceOp::kMax);
+    comm.allreduce(reward.cpu.data(), reward.cpu.size(), ReduceOp::kMax);
   }
   const double mean = std::accumulate(step.wall.begin(), step.wall.end(), 0.0) / step.wall.size();
   const double cpu_mean = std::accumulate(step.cpu.begin(), step.cpu.end(), 0.0) / step.cpu.size();

@@ -8,10 +8,10 @@
 #include <filesystem>
 
 #include "fnvlp/comm/comm.hpp"
-#include "fnvlp/train/checkpoint.hpp"
+#include "fnvlp/store/checkpoint.hpp"
 
 namespace fs = std::filesystem;
-using namespace fnvlp::train;
+using namespace fnvlp::store;
 using fnvlp::Comm;
 
 namespace {

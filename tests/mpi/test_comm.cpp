@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "fnvlp/comm/comm.hpp"
+#include "fnvlp/comm/native.hpp"  // raw MPI only here, where Comm itself is tested
 
 using fnvlp::Comm;
 
@@ -16,7 +17,7 @@ TEST(Comm, DuplicatesTheWorldCommunicator) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   EXPECT_EQ(comm.size(), world);
   int cmp = 0;
-  MPI_Comm_compare(comm.raw(), MPI_COMM_WORLD, &cmp);
+  MPI_Comm_compare(comm.native().comm, MPI_COMM_WORLD, &cmp);
   EXPECT_EQ(cmp, MPI_CONGRUENT);  // same group, separate context: no message can cross
 }
 
@@ -31,6 +32,18 @@ TEST(Comm, Reductions) {
   EXPECT_DOUBLE_EQ(v[0], (n - 1) / 2.0);
   EXPECT_DOUBLE_EQ(v[1], 1.0);
   EXPECT_EQ(comm.exscan_sum(r + 1), int64_t(r) * (r + 1) / 2);
+}
+
+TEST(Comm, ReduceOpsInPlace) {
+  Comm comm;
+  const int r = comm.rank(), n = comm.size();
+  for (const auto& [op, expect] :
+       {std::pair{fnvlp::ReduceOp::kSum, n * (n - 1) / 2.0f},
+        std::pair{fnvlp::ReduceOp::kMax, n - 1.0f}, std::pair{fnvlp::ReduceOp::kMin, 0.0f}}) {
+    std::vector<float> v = {float(r), float(r)};
+    comm.allreduce(v.data(), v.size(), op);
+    EXPECT_EQ(v, (std::vector<float>{expect, expect}));
+  }
 }
 
 TEST(Comm, AllgatherAndAllgathervKeepRankOrder) {

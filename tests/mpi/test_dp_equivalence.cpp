@@ -87,7 +87,8 @@ TEST(DataParallel, ItcGradientOfRanksEqualsTheConcatenatedBatch) {
       auto gg = fnvlp::loss::itc_gathered_grads(res);
       for (torch::Tensor* t : {&gg.img_all, &gg.txt_all}) {
         *t = t->contiguous();
-        comm.allreduce(t->data_ptr<float>(), static_cast<size_t>(t->numel()), MPI_SUM);
+        comm.allreduce(t->data_ptr<float>(), static_cast<size_t>(t->numel()),
+                       fnvlp::ReduceOp::kSum);
       }
       total = total + fnvlp::loss::itc_cross_rank_term(in, gg);
     }

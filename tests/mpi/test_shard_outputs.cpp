@@ -168,6 +168,10 @@ TEST_F(ShardOutputs, TokensAndPixelsMatchTheSource) {
   for (const auto& im : coco["images"])
     if (im["id"] == first["image_id"]) file = im["file_name"].get<std::string>();
   EXPECT_EQ(c.at(0).tokens, tok.encode(first["caption"].get<std::string>(), 30));
+  // The manifest records the vocabulary's special tokens for the trainer's MLM masking.
+  const data::SpecialTokens st = data::Manifest::load(fixture() + "/out-albef-np2").special_tokens;
+  EXPECT_EQ(std::vector<int64_t>({st.pad, st.cls, st.sep, st.mask}),
+            std::vector<int64_t>({tok.pad_id(), tok.cls_id(), tok.sep_id(), tok.mask_id()}));
   const auto img = data::resize_center_crop(data::read_image_file(fixture() + "/" + file), 96);
   EXPECT_EQ(c.at(0).image_sha, sha256_hex(img.rgb.data(), img.rgb.size()));
 }

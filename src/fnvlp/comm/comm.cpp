@@ -1,10 +1,47 @@
 #include "fnvlp/comm/comm.hpp"
 
+#include <mpi.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 
+#include "fnvlp/comm/native.hpp"
+
+// MPI_CHECK(MPI_Xxx(...)): Comm sets MPI_ERRORS_RETURN, so a failed call becomes an exception.
+#define MPI_CHECK(call)                                                                           \
+  do {                                                                                            \
+    int fnvlp_rc_ = (call);                                                                       \
+    if (fnvlp_rc_ != MPI_SUCCESS) {                                                               \
+      ::fnvlp::detail::throw_error(__FILE__, __LINE__,                                            \
+                                   std::string(#call " failed: ") + mpi_error_string(fnvlp_rc_)); \
+    }                                                                                             \
+  } while (0)
+
 namespace fnvlp {
+
+namespace {
+
+std::string mpi_error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(text, static_cast<size_t>(len));
+}
+
+// Indexed by the enums' values, in their declaration order (comm.hpp).
+MPI_Datatype mpi_type(detail::CommType type) {
+  const MPI_Datatype types[] = {MPI_DOUBLE,   MPI_FLOAT,   MPI_INT32_T, MPI_INT64_T, MPI_UINT64_T,
+                                MPI_UINT32_T, MPI_INT16_T, MPI_UINT8_T, MPI_CHAR};
+  return types[static_cast<int>(type)];
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  const MPI_Op ops[] = {MPI_SUM, MPI_MAX, MPI_MIN};
+  return ops[static_cast<int>(op)];
+}
+
+}  // namespace
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   int initialized = 0;
@@ -21,37 +58,38 @@ MpiRuntime::~MpiRuntime() {
   if (!finalized) MPI_Finalize();
 }
 
-Comm::Comm(MPI_Comm parent) {
-  MPI_CHECK(MPI_Comm_dup(parent, &comm_));
-  MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
-  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
-  MPI_CHECK(MPI_Comm_size(comm_, &size_));
+Comm::Comm() : native_(std::make_unique<Native>()) {
+  MPI_Comm& comm = native_->comm;
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+  MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(comm, &rank_));
+  MPI_CHECK(MPI_Comm_size(comm, &size_));
 }
 
 Comm::~Comm() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+  if (native_->comm != MPI_COMM_NULL && !finalized) MPI_Comm_free(&native_->comm);
 }
 
-void Comm::barrier() const { MPI_CHECK(MPI_Barrier(comm_)); }
+void Comm::barrier() const { MPI_CHECK(MPI_Barrier(native_->comm)); }
 
 void Comm::abort(int code) const {
   std::fflush(stdout);
   std::fflush(stderr);
-  MPI_Abort(comm_, code == 0 ? 1 : code);
+  MPI_Abort(native_->comm, code == 0 ? 1 : code);
   std::_Exit(code == 0 ? 1 : code);  // MPI_Abort should not return; never continue if it does
 }
 
 int64_t Comm::exscan_sum(int64_t v) const {
   int64_t out = 0;
-  MPI_CHECK(MPI_Exscan(&v, &out, 1, MPI_INT64_T, MPI_SUM, comm_));
+  MPI_CHECK(MPI_Exscan(&v, &out, 1, MPI_INT64_T, MPI_SUM, native_->comm));
   return rank_ == 0 ? 0 : out;  // MPI leaves rank 0's result undefined
 }
 
 bool Comm::all_ok(bool local_ok) const {
   int ok = local_ok ? 1 : 0;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, native_->comm));
   return ok == 1;
 }
 
@@ -74,6 +112,39 @@ void Comm::collective(const std::function<void()>& fn) const {
   }
   if (failed > 4) combined += "\n(and " + std::to_string(failed - 4) + " more ranks)";
   if (failed > 0) throw CollectiveError(combined);
+}
+
+void Comm::allreduce_raw(void* data, size_t n, detail::CommType type, ReduceOp op) const {
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), mpi_type(type), mpi_op(op),
+                          native_->comm));
+}
+
+void Comm::allgather_raw(const void* value, void* out, detail::CommType type) const {
+  MPI_CHECK(MPI_Allgather(value, 1, mpi_type(type), out, 1, mpi_type(type), native_->comm));
+}
+
+void Comm::allgatherv_raw(const void* local, int n, void* out, const int* counts, const int* displs,
+                          detail::CommType type) const {
+  MPI_CHECK(
+      MPI_Allgatherv(local, n, mpi_type(type), out, counts, displs, mpi_type(type), native_->comm));
+}
+
+std::vector<int> Comm::alltoall_counts(const std::vector<int>& send_counts) const {
+  std::vector<int> recv_counts(static_cast<size_t>(size_));
+  MPI_CHECK(
+      MPI_Alltoall(send_counts.data(), 1, MPI_INT, recv_counts.data(), 1, MPI_INT, native_->comm));
+  return recv_counts;
+}
+
+void Comm::alltoallv_raw(const void* send, const int* send_counts, const int* send_displs,
+                         void* out, const int* recv_counts, const int* recv_displs,
+                         detail::CommType type) const {
+  MPI_CHECK(MPI_Alltoallv(send, send_counts, send_displs, mpi_type(type), out, recv_counts,
+                          recv_displs, mpi_type(type), native_->comm));
+}
+
+void Comm::bcast_raw(void* data, size_t n, detail::CommType type, int root) const {
+  MPI_CHECK(MPI_Bcast(data, static_cast<int>(n), mpi_type(type), root, native_->comm));
 }
 
 void Comm::bcast(std::string& s, int root) const {

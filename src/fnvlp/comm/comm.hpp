@@ -1,10 +1,13 @@
 #pragma once
 // Comm: the only place MPI is called (DESIGN.md §4). It owns a duplicated communicator with
 // MPI_ERRORS_RETURN, so MPI failures become fnvlp::Error exceptions instead of silent aborts.
-#include <mpi.h>
-
+// mpi.h stays inside comm/: callers name reductions by ReduceOp and element types by their C++
+// type; comm/native.hpp hands the MPI communicator to the tests of Comm itself.
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -13,27 +16,32 @@
 
 namespace fnvlp {
 
+// Comm::allreduce's reductions (comm.cpp maps them to MPI_SUM, MPI_MAX, MPI_MIN in this order).
+enum class ReduceOp { kSum, kMax, kMin };
+
 namespace detail {
+// The element types Comm moves; comm.cpp maps each to its MPI datatype (a table in this order).
+enum class CommType { kDouble, kFloat, kInt32, kInt64, kUInt64, kUInt32, kInt16, kUInt8, kChar };
 template <typename T>
-MPI_Datatype mpi_type() {
+constexpr CommType comm_type() {
   if constexpr (std::is_same_v<T, double>)
-    return MPI_DOUBLE;
+    return CommType::kDouble;
   else if constexpr (std::is_same_v<T, float>)
-    return MPI_FLOAT;
+    return CommType::kFloat;
   else if constexpr (std::is_same_v<T, int32_t>)
-    return MPI_INT32_T;
+    return CommType::kInt32;
   else if constexpr (std::is_same_v<T, int64_t>)
-    return MPI_INT64_T;
+    return CommType::kInt64;
   else if constexpr (std::is_same_v<T, uint64_t>)
-    return MPI_UINT64_T;
+    return CommType::kUInt64;
   else if constexpr (std::is_same_v<T, uint32_t>)
-    return MPI_UINT32_T;
+    return CommType::kUInt32;
   else if constexpr (std::is_same_v<T, int16_t>)
-    return MPI_INT16_T;
+    return CommType::kInt16;
   else if constexpr (std::is_same_v<T, uint8_t>)
-    return MPI_UINT8_T;
+    return CommType::kUInt8;
   else if constexpr (std::is_same_v<T, char>)
-    return MPI_CHAR;
+    return CommType::kChar;
   else
     static_assert(sizeof(T) == 0, "no MPI datatype for this type");
 }
@@ -58,8 +66,8 @@ class MpiRuntime {
 
 class Comm {
  public:
-  // Duplicates `parent` (MPI_COMM_WORLD by default) so library traffic never matches user tags.
-  explicit Comm(MPI_Comm parent = MPI_COMM_WORLD);
+  // Duplicates MPI_COMM_WORLD so library traffic never matches user tags.
+  Comm();
   ~Comm();
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
@@ -67,43 +75,44 @@ class Comm {
   int rank() const { return rank_; }
   int size() const { return size_; }
   bool is_root() const { return rank_ == 0; }
-  MPI_Comm raw() const { return comm_; }
+  // The MPI communicator (comm/native.hpp defines it; only comm/ and its tests include that).
+  struct Native;
+  const Native& native() const { return *native_; }
 
   void barrier() const;
   // Ends every rank of the job (MPI_Abort): the one way out that cannot hang a peer.
   [[noreturn]] void abort(int code) const;
 
   template <typename T>
-  void allreduce(T* data, size_t n, MPI_Op op) const {
-    MPI_CHECK(
-        MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), detail::mpi_type<T>(), op, comm_));
+  void allreduce(T* data, size_t n, ReduceOp op) const {
+    allreduce_raw(data, n, detail::comm_type<T>(), op);
   }
   template <typename T>
   T allreduce_sum(T v) const {
-    allreduce(&v, 1, MPI_SUM);
+    allreduce(&v, 1, ReduceOp::kSum);
     return v;
   }
   template <typename T>
   T allreduce_max(T v) const {
-    allreduce(&v, 1, MPI_MAX);
+    allreduce(&v, 1, ReduceOp::kMax);
     return v;
   }
   template <typename T>
   T allreduce_min(T v) const {
-    allreduce(&v, 1, MPI_MIN);
+    allreduce(&v, 1, ReduceOp::kMin);
     return v;
   }
   template <typename T>
   void allreduce_sum(std::vector<T>& v) const {
-    allreduce(v.data(), v.size(), MPI_SUM);
+    allreduce(v.data(), v.size(), ReduceOp::kSum);
   }
   template <typename T>
   void allreduce_max(std::vector<T>& v) const {
-    allreduce(v.data(), v.size(), MPI_MAX);
+    allreduce(v.data(), v.size(), ReduceOp::kMax);
   }
   template <typename T>
   void allreduce_min(std::vector<T>& v) const {
-    allreduce(v.data(), v.size(), MPI_MIN);
+    allreduce(v.data(), v.size(), ReduceOp::kMin);
   }
   // Mean over ranks; the sum is taken in the element type, then divided.
   template <typename T>
@@ -125,8 +134,7 @@ class Comm {
   template <typename T>
   std::vector<T> allgather(const T& v) const {
     std::vector<T> out(static_cast<size_t>(size_));
-    MPI_CHECK(
-        MPI_Allgather(&v, 1, detail::mpi_type<T>(), out.data(), 1, detail::mpi_type<T>(), comm_));
+    allgather_raw(&v, out.data(), detail::comm_type<T>());
     return out;
   }
   // Concatenation of every rank's vector, in rank order.
@@ -135,9 +143,8 @@ class Comm {
     std::vector<int> counts = allgather_counts(local.size());
     std::vector<int> displs = displacements(counts);
     std::vector<T> out(static_cast<size_t>(displs.back() + counts.back()));
-    MPI_CHECK(MPI_Allgatherv(local.data(), static_cast<int>(local.size()), detail::mpi_type<T>(),
-                             out.data(), counts.data(), displs.data(), detail::mpi_type<T>(),
-                             comm_));
+    allgatherv_raw(local.data(), static_cast<int>(local.size()), out.data(), counts.data(),
+                   displs.data(), detail::comm_type<T>());
     return out;
   }
   // Every rank sends send[r] to rank r; returns what each rank sent here, in rank order.
@@ -146,19 +153,17 @@ class Comm {
                            std::vector<int>* recv_counts_out = nullptr) const {
     FNVLP_CHECK(static_cast<int>(send_counts.size()) == size_,
                 "alltoallv needs one count per rank");
-    std::vector<int> recv_counts(static_cast<size_t>(size_));
-    MPI_CHECK(MPI_Alltoall(send_counts.data(), 1, MPI_INT, recv_counts.data(), 1, MPI_INT, comm_));
+    std::vector<int> recv_counts = alltoall_counts(send_counts);
     std::vector<int> sdispl = displacements(send_counts), rdispl = displacements(recv_counts);
     std::vector<T> out(static_cast<size_t>(rdispl.back() + recv_counts.back()));
-    MPI_CHECK(MPI_Alltoallv(send.data(), send_counts.data(), sdispl.data(), detail::mpi_type<T>(),
-                            out.data(), recv_counts.data(), rdispl.data(), detail::mpi_type<T>(),
-                            comm_));
+    alltoallv_raw(send.data(), send_counts.data(), sdispl.data(), out.data(), recv_counts.data(),
+                  rdispl.data(), detail::comm_type<T>());
     if (recv_counts_out) *recv_counts_out = std::move(recv_counts);
     return out;
   }
   template <typename T>
   void bcast(T* data, size_t n, int root = 0) const {
-    MPI_CHECK(MPI_Bcast(data, static_cast<int>(n), detail::mpi_type<T>(), root, comm_));
+    bcast_raw(data, n, detail::comm_type<T>(), root);
   }
   template <typename T>
   void bcast(std::vector<T>& v, int root = 0) const {
@@ -172,10 +177,19 @@ class Comm {
   std::vector<std::string> allgather_strings(const std::string& s) const;
 
  private:
+  // The MPI calls behind the templates above, one per collective, typed by detail::CommType.
+  void allreduce_raw(void* data, size_t n, detail::CommType type, ReduceOp op) const;
+  void allgather_raw(const void* value, void* out, detail::CommType type) const;
+  void allgatherv_raw(const void* local, int n, void* out, const int* counts, const int* displs,
+                      detail::CommType type) const;
+  std::vector<int> alltoall_counts(const std::vector<int>& send_counts) const;
+  void alltoallv_raw(const void* send, const int* send_counts, const int* send_displs, void* out,
+                     const int* recv_counts, const int* recv_displs, detail::CommType type) const;
+  void bcast_raw(void* data, size_t n, detail::CommType type, int root) const;
   std::vector<int> allgather_counts(size_t n) const;
   static std::vector<int> displacements(const std::vector<int>& counts);
 
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::unique_ptr<Native> native_;
   int rank_ = 0;
   int size_ = 1;
 };

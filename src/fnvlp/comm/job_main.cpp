@@ -5,7 +5,7 @@
 #include "fnvlp/core/blas.hpp"
 #include "fnvlp/core/fault.hpp"
 #include "fnvlp/core/log.hpp"
-#include "fnvlp/core/malloc_tuning.hpp"
+#include "fnvlp/kernels/malloc_tuning.hpp"
 #include "fnvlp/version.hpp"
 
 namespace fnvlp {

@@ -1,7 +1,6 @@
 #include "fnvlp/core/error.hpp"
 
 #include <hdf5.h>
-#include <mpi.h>
 
 #include <cstring>
 #include <vector>
@@ -25,13 +24,6 @@ namespace detail {
 
 void throw_error(const char* file, int line, const std::string& message) {
   throw Error(message, file, line);
-}
-
-std::string mpi_error_string(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
-  return std::string(text, static_cast<size_t>(len));
 }
 
 namespace {

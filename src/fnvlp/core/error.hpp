@@ -22,7 +22,6 @@ class Error : public std::runtime_error {
 
 namespace detail {
 [[noreturn]] void throw_error(const char* file, int line, const std::string& message);
-std::string mpi_error_string(int code);
 std::string h5_error_stack();
 }  // namespace detail
 
@@ -43,17 +42,6 @@ std::string h5_error_stack();
     std::ostringstream fnvlp_os_;                                      \
     fnvlp_os_ << msg;                                                  \
     ::fnvlp::detail::throw_error(__FILE__, __LINE__, fnvlp_os_.str()); \
-  } while (0)
-
-// MPI_CHECK(MPI_Xxx(...)): Comm sets MPI_ERRORS_RETURN, so a failed call becomes an exception.
-#define MPI_CHECK(call)                                                                   \
-  do {                                                                                    \
-    int fnvlp_rc_ = (call);                                                               \
-    if (fnvlp_rc_ != 0 /* MPI_SUCCESS */) {                                               \
-      ::fnvlp::detail::throw_error(                                                       \
-          __FILE__, __LINE__,                                                             \
-          std::string(#call " failed: ") + ::fnvlp::detail::mpi_error_string(fnvlp_rc_)); \
-    }                                                                                     \
   } while (0)
 
 // H5_CHECK(H5Xxx(...), context): every HDF5 return is checked; a negative id or status throws

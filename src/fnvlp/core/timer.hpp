@@ -1,11 +1,25 @@
 #pragma once
-// Wall-clock phase timers for job summaries ("read 0.4 s, decode 1.2 s, ...").
+// Wall-clock phase timers for job summaries ("read 0.4 s, decode 1.2 s, ...") and the UTC
+// timestamp that manifests, checkpoint markers and run summaries carry.
+#include <time.h>
+
 #include <chrono>
+#include <ctime>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace fnvlp {
+
+// Now in UTC as ISO 8601 to the second ("2026-01-01T00:00:00Z"); gmtime_r, so any thread may call.
+inline std::string utc_now_iso8601() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
 
 class PhaseTimer {
  public:

@@ -10,6 +10,7 @@
 #include "fnvlp/core/sha256.hpp"
 #include "fnvlp/data/h5.hpp"
 #include "fnvlp/data/shard.hpp"
+#include "fnvlp/data/tokenizer.hpp"
 
 namespace fnvlp::data {
 
@@ -185,6 +186,25 @@ const PairDataset::Shard& PairDataset::columns(int64_t shard) const {
     }
   });
   return sh;
+}
+
+const SpecialTokens& PairDataset::special_tokens() const {
+  std::call_once(special_once_, [this] {
+    if (manifest_.special_tokens.known()) {
+      special_ = manifest_.special_tokens;
+      return;
+    }
+    const std::string mpath = (fs::path(dir_) / kManifestName).string();
+    const std::string& vocab = manifest_.vocab_path;
+    FNVLP_CHECK(fs::is_regular_file(vocab),
+                mpath << " records no special token ids and its vocabulary " << vocab
+                      << " is gone (re-shard, or restore it)");
+    const WordPieceTokenizer tok = WordPieceTokenizer::from_file(vocab);
+    FNVLP_CHECK(tok.vocab_sha256() == manifest_.vocab_sha256,
+                vocab << ": sha256 differs from the vocabulary " << mpath << " was tokenized with");
+    special_ = tok.special_tokens();
+  });
+  return special_;
 }
 
 Batch PairDataset::read(const std::vector<int64_t>& pair_ids) const {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +63,10 @@ class PairDataset {
   int64_t image_size() const { return manifest_.image_size; }
   int64_t max_len() const { return manifest_.max_len; }
   int64_t num_shards() const { return static_cast<int64_t>(shards_.size()); }
+  // [PAD] [CLS] [SEP] [MASK] ids of the vocabulary the captions were tokenized with: the
+  // manifest's, or for a manifest written before it recorded them, looked up in its vocab_path
+  // (whose sha256 must match). Throws naming the manifest where neither is available.
+  const SpecialTokens& special_tokens() const;
 
   // (shard index, row in that shard) of a global pair_id, by binary search over the shards.
   std::pair<int64_t, int64_t> locate(int64_t pair_id) const;
@@ -78,6 +83,8 @@ class PairDataset {
   Manifest manifest_;
   std::vector<int64_t> first_pair_;  // first pair_id of every shard, ascending
   std::vector<std::unique_ptr<Shard>> shards_;
+  mutable std::once_flag special_once_;
+  mutable SpecialTokens special_;
 };
 
 }  // namespace fnvlp::data

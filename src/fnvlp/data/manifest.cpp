@@ -25,13 +25,19 @@ json Manifest::to_json() const {
                         {"num_images", s.num_images},
                         {"bytes", s.bytes},
                         {"sha256", s.sha256}});
+  json vocab = {{"path", vocab_path}, {"sha256", vocab_sha256}, {"size", vocab_size}};
+  if (special_tokens.known())
+    vocab["special_tokens"] = {{"pad", special_tokens.pad},
+                               {"cls", special_tokens.cls},
+                               {"sep", special_tokens.sep},
+                               {"mask", special_tokens.mask}};
   return {{"fnvlp_manifest_schema", schema},
           {"shard_schema", kShardSchemaVersion},
           {"created_by", created_by},
           {"created_at", created_at},
           {"image_size", image_size},
           {"max_len", max_len},
-          {"vocab", {{"path", vocab_path}, {"sha256", vocab_sha256}, {"size", vocab_size}}},
+          {"vocab", vocab},
           {"num_pairs", num_pairs},
           {"num_images", num_images},
           {"records", {{"total", records_total}, {"filtered_by_split", records_filtered_by_split}}},
@@ -62,6 +68,16 @@ Manifest Manifest::from_json(const json& j, const std::string& context) {
     m.vocab_path = j.at("vocab").at("path").get<std::string>();
     m.vocab_sha256 = j.at("vocab").at("sha256").get<std::string>();
     m.vocab_size = integer(j.at("vocab").at("size"));
+    if (j.at("vocab").contains("special_tokens")) {
+      const json& st = j.at("vocab").at("special_tokens");
+      m.special_tokens = {integer(st.at("pad")), integer(st.at("cls")), integer(st.at("sep")),
+                          integer(st.at("mask"))};
+      for (const int64_t id : {m.special_tokens.pad, m.special_tokens.cls, m.special_tokens.sep,
+                               m.special_tokens.mask})
+        FNVLP_CHECK(id >= 0 && id < m.vocab_size, context << ": special token id " << id
+                                                          << " outside the vocabulary of "
+                                                          << m.vocab_size);
+    }
     m.num_pairs = integer(j.at("num_pairs"));
     m.num_images = integer(j.at("num_images"));
     m.records_total = integer(j.at("records").at("total"));

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "fnvlp/data/tokenizer.hpp"
+
 namespace fnvlp::data {
 
 inline constexpr int64_t kManifestSchemaVersion = 1;
@@ -31,6 +33,9 @@ struct Manifest {
   std::string vocab_path;
   std::string vocab_sha256;
   int64_t vocab_size = 0;
+  // The vocabulary's special token ids (vocab.special_tokens); not known in manifests written
+  // before they were recorded: PairDataset::special_tokens() then reads them from vocab_path.
+  SpecialTokens special_tokens;
   int64_t num_pairs = 0;
   int64_t num_images = 0;  // distinct images (= number of distinct image_id values)
   int64_t records_total = 0;

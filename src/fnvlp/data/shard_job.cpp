@@ -70,13 +70,6 @@ bool is_fnvlp_output(const std::string& name) {
          name == std::string(".") + kManifestName + ".tmp";
 }
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 struct LocalShard {
   size_t plan_index = 0;
   fs::path tmp;
@@ -177,7 +170,7 @@ void write_local_shard(const ShardJobOptions& o, const WordPieceTokenizer& tok,
     const auto& t = ids[e - range.begin];
     cols.pair_image.push_back(row);
     const size_t off = cols.tokens.size();
-    cols.tokens.resize(off + L, 0);
+    cols.tokens.resize(off + L, tok.pad_id());
     std::copy(t.begin(), t.end(), cols.tokens.begin() + static_cast<long>(off));
     cols.lengths.push_back(static_cast<int16_t>(t.size()));
     cols.label.push_back(entries[e].label);
@@ -218,6 +211,8 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
   IngestResult in;
   comm.collective([&] {
     tok = WordPieceTokenizer::from_file(o.vocab);
+    FNVLP_CHECK(tok->pad_id() == 0, o.vocab << ": [PAD] is id " << tok->pad_id()
+                                            << "; the shard schema pads tokens with 0");
     std::optional<std::unordered_set<std::string>> split;
     if (!o.split.empty()) split = read_split_ids(o.split_file, o.split);
     in = read_input(o.input, format, o.image_root, split);
@@ -377,12 +372,13 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
     if (!comm.is_root()) return;
     Manifest m;
     m.created_by = std::string("fnvlp-shard ") + kVersion + " (" + kGitCommit + ")";
-    m.created_at = utc_now();
+    m.created_at = utc_now_iso8601();
     m.image_size = o.image_size;
     m.max_len = o.max_len;
     m.vocab_path = fs::absolute(o.vocab).string();
     m.vocab_sha256 = tok->vocab_sha256();
     m.vocab_size = static_cast<int64_t>(tok->size());
+    m.special_tokens = tok->special_tokens();
     m.num_pairs = next_pair;
     m.num_images = static_cast<int64_t>(image_ids.size());
     m.records_total = in.total_records;

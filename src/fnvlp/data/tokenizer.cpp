@@ -579,5 +579,8 @@ int32_t WordPieceTokenizer::unk_id() const { return v_->unk; }
 int32_t WordPieceTokenizer::cls_id() const { return v_->cls; }
 int32_t WordPieceTokenizer::sep_id() const { return v_->sep; }
 int32_t WordPieceTokenizer::mask_id() const { return v_->mask; }
+SpecialTokens WordPieceTokenizer::special_tokens() const {
+  return {v_->pad, v_->cls, v_->sep, v_->mask};
+}
 
 }  // namespace fnvlp::data

@@ -19,6 +19,13 @@ namespace fnvlp::data {
 // U+10FFFF, stray continuation bytes, 0xC0/0xC1/0xF5..0xFF and truncated sequences.
 bool is_valid_utf8(std::string_view s);
 
+// Ids of the vocabulary's [PAD] [CLS] [SEP] [MASK]: what MLM masking must know (never mask [PAD],
+// [CLS], [SEP]; replace by [MASK]). -1 where unknown.
+struct SpecialTokens {
+  int64_t pad = -1, cls = -1, sep = -1, mask = -1;
+  bool known() const { return pad >= 0 && cls >= 0 && sep >= 0 && mask >= 0; }
+};
+
 // Immutable after from_file(); copies share the vocabulary, and all methods are const and safe to
 // call from several threads at once.
 class WordPieceTokenizer {
@@ -48,6 +55,7 @@ class WordPieceTokenizer {
   int32_t cls_id() const;
   int32_t sep_id() const;
   int32_t mask_id() const;
+  SpecialTokens special_tokens() const;
 
  private:
   struct Vocab;  // defined in tokenizer.cpp

@@ -9,8 +9,8 @@
 #include "fnvlp/data/dataset.hpp"
 #include "fnvlp/data/sampler.hpp"
 #include "fnvlp/model/albef.hpp"
-#include "fnvlp/train/pretrained.hpp"
-#include "fnvlp/train/run_dir.hpp"
+#include "fnvlp/store/pretrained.hpp"
+#include "fnvlp/store/run_dir.hpp"
 
 namespace fnvlp::eval {
 
@@ -89,24 +89,24 @@ json run_evaluation(const Comm& comm, const EvalOptions& opt) {
               "fnvlp-eval needs --checkpoint, --data and --out");
   FNVLP_CHECK(opt.threads >= 1, "--threads must be >= 1");
   set_threads(static_cast<int>(opt.threads));
-  const model::ModelConfig mc = train::open_pretrained(comm, opt.checkpoint);
+  const model::ModelConfig mc = store::open_pretrained(comm, opt.checkpoint);
   model::Albef model(mc);
-  train::load_pretrained_weights(comm, opt.checkpoint, *model);
+  store::load_pretrained_weights(comm, opt.checkpoint, *model);
   const auto ds = open_dataset(comm, opt.data_dir);
   ImageFeatures feats;
   const RetrievalEvalResult r = evaluate_retrieval(
       comm, *model, *ds, opt.retrieval, !opt.ranks_out.empty(), opt.probe ? &feats : nullptr);
   json out = r.to_json();
-  out["checkpoint"] = train::resolve_checkpoint_dir(opt.checkpoint);
+  out["checkpoint"] = store::resolve_checkpoint_dir(opt.checkpoint);
   out["data"] = opt.data_dir;
   out["ranks"] = comm.size();
   out["seconds"] = r.seconds;
   if (opt.probe) out.update(run_probe(comm, *model, opt, *ds, feats));
   comm.collective([&] {
     if (!comm.is_root()) return;
-    train::write_file_atomic(opt.out, out.dump(2) + "\n");
+    store::write_file_atomic(opt.out, out.dump(2) + "\n");
     if (!opt.ranks_out.empty())
-      train::write_file_atomic(opt.ranks_out, json{{"i2t_itc", r.i2t_itc_rank},
+      store::write_file_atomic(opt.ranks_out, json{{"i2t_itc", r.i2t_itc_rank},
                                                    {"i2t_itm", r.i2t_itm_rank},
                                                    {"t2i_itc", r.t2i_itc_rank},
                                                    {"t2i_itm", r.t2i_itm_rank}}

@@ -7,11 +7,11 @@
 #include <limits>
 
 #include "fnvlp/core/blas.hpp"
-#include "fnvlp/core/cpu_float.hpp"
 #include "fnvlp/core/error.hpp"
-#include "fnvlp/core/gemm_few_rows.hpp"
-#include "fnvlp/core/grad_accumulation.hpp"
-#include "fnvlp/core/simd_math.hpp"
+#include "fnvlp/kernels/cpu_float.hpp"
+#include "fnvlp/kernels/gemm_few_rows.hpp"
+#include "fnvlp/kernels/grad_accumulation.hpp"
+#include "fnvlp/kernels/simd_math.hpp"
 
 namespace fnvlp::loss {
 
@@ -172,7 +172,7 @@ int blas_int(int64_t v) { return fnvlp::blas_int(v, "linear_cross_entropy"); }
 // (the fused linear cross-entropy of Liger-Kernel; no chunking: M is ~70 rows here):
 //   CE = mean_m (lse(z_m) - z_{m, t_m}),  G = softmax(z) - onehot(t) formed in the forward in
 //   z's own buffer, so the backward is GEMMs and a column sum, with s = dCE / M:
-//   dh = s G W,  dW = s G^T h (added into W's bound .grad(), core/grad_accumulation.hpp),
+//   dh = s G W,  dW = s G^T h (added into W's bound .grad(), kernels/grad_accumulation.hpp),
 //   db = s sum_m G_m.
 // Against a Linear (addmm copying b into every row first) and SoftmaxCrossEntropyFn: no bias
 // broadcast, one exp per logit instead of two, no [M, V] gradient allocated in the backward.

@@ -38,7 +38,7 @@ torch::Tensor mlm_loss(const torch::Tensor& logits_at_positions, const torch::Te
 // mlm_loss(h W^T + bias, targets) for a linear decoder [V, D] over the hidden states h [M, D]
 // (the tied MLM decoder, model::AlbefImpl::mlm_hidden and mlm_decoder_weight): on CPU float one
 // autograd node that keeps softmax - onehot in the logits' buffer instead of the logits, and adds
-// W's gradient into W's .grad() in place where that buffer exists (core/grad_accumulation.hpp).
+// W's gradient into W's .grad() in place where that buffer exists (kernels/grad_accumulation.hpp).
 torch::Tensor linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& weight,
                                    const torch::Tensor& bias, const torch::Tensor& targets);
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "fnvlp/core/blas.hpp"
-#include "fnvlp/core/cpu_float.hpp"
-#include "fnvlp/core/grad_accumulation.hpp"
+#include "fnvlp/kernels/cpu_float.hpp"
+#include "fnvlp/kernels/grad_accumulation.hpp"
 #include "fnvlp/model/attention.hpp"
 #include "fnvlp/model/gelu.hpp"
 #include "fnvlp/model/layer_norm.hpp"

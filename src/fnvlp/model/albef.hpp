@@ -24,7 +24,7 @@ namespace fnvlp::model {
 
 // torch::linear(x, weight, bias) for x [..., in], weight [out, in], bias [out]. On CPU float32 in
 // training, one autograd node whose backward adds the weight and bias gradients straight into
-// their .grad() buffers where those exist (core/grad_accumulation.hpp): no [out, in] gradient is
+// their .grad() buffers where those exist (kernels/grad_accumulation.hpp): no [out, in] gradient is
 // allocated and then added there by autograd, and no transposed views or separate bias reduction
 // op run per layer (44 Dense calls per tiny-preset step).
 torch::Tensor dense(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);

@@ -10,7 +10,7 @@
 
 #include "fnvlp/core/blas.hpp"
 #include "fnvlp/core/error.hpp"
-#include "fnvlp/core/simd_math.hpp"
+#include "fnvlp/kernels/simd_math.hpp"
 
 namespace fnvlp::model {
 

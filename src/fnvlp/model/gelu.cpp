@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "fnvlp/core/simd_math.hpp"
+#include "fnvlp/kernels/simd_math.hpp"
 
 namespace fnvlp::model {
 

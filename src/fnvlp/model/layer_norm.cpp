@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "fnvlp/core/simd_math.hpp"
+#include "fnvlp/kernels/simd_math.hpp"
 
 namespace fnvlp::model {
 

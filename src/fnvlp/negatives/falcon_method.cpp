@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "fnvlp/train/checkpoint.hpp"
+#include "fnvlp/store/checkpoint.hpp"
 
 namespace fnvlp::negatives {
 
@@ -63,15 +63,15 @@ void FalconMethod::telemetry(nlohmann::json& m) {
 }
 
 void FalconMethod::save(const std::string& dir) {
-  falcon_->save((fs::path(dir) / train::rank_file("falcon", env_.comm.rank())).string());
+  falcon_->save((fs::path(dir) / store::rank_file("falcon", env_.comm.rank())).string());
 }
 
 // Another rank count: rank 0's baseline stands in for the new ranks'.
 void FalconMethod::load(const std::string& dir, int world_size) {
-  const auto mine = fs::path(dir) / train::rank_file("falcon", env_.comm.rank());
+  const auto mine = fs::path(dir) / store::rank_file("falcon", env_.comm.rank());
   const auto path = world_size == env_.comm.size() && fs::exists(mine)
                         ? mine
-                        : fs::path(dir) / train::rank_file("falcon", 0);
+                        : fs::path(dir) / store::rank_file("falcon", 0);
   falcon_->load(path.string());
 }
 

@@ -15,7 +15,7 @@
 // for the pairs of its own block, the only anchors it ever puts in its batches, so λ never
 // travels per step and memory is O(N / R) per rank. Bias correction uses each anchor's own
 // update count (an anchor is updated once per epoch, a global step counter would over-correct).
-// The state is saved per global pair_id (train/checkpoint.hpp: save_per_pair), so a run resumes
+// The state is saved per global pair_id (store/checkpoint.hpp: save_per_pair), so a run resumes
 // on another rank count by loading the pair_ids of its new block.
 #include <torch/torch.h>
 

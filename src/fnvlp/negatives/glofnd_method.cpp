@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "fnvlp/train/checkpoint.hpp"
+#include "fnvlp/store/checkpoint.hpp"
 
 namespace fnvlp::negatives {
 
@@ -59,9 +59,9 @@ void GlofndMethod::telemetry(nlohmann::json& m) {
 
 void GlofndMethod::save(const std::string& dir) {
   const std::vector<int64_t> ids = block_pair_ids(env_.block());
-  train::save_per_pair(dir, "glofnd_image", env_.comm, ids, state_.image.export_rows(),
+  store::save_per_pair(dir, "glofnd_image", env_.comm, ids, state_.image.export_rows(),
                        GlofndSide::kCols, env_.num_pairs);
-  train::save_per_pair(dir, "glofnd_text", env_.comm, ids, state_.text.export_rows(),
+  store::save_per_pair(dir, "glofnd_text", env_.comm, ids, state_.text.export_rows(),
                        GlofndSide::kCols, env_.num_pairs);
 }
 
@@ -70,7 +70,7 @@ void GlofndMethod::load(const std::string& dir, int) {
   const std::vector<int64_t> ids = block_pair_ids(env_.block());
   for (auto* side : {&state_.image, &state_.text}) {
     const std::string name = side == &state_.image ? "glofnd_image" : "glofnd_text";
-    const train::PerPairRows rows = train::load_per_pair(dir, name, env_.comm, ids);
+    const store::PerPairRows rows = store::load_per_pair(dir, name, env_.comm, ids);
     FNVLP_CHECK(rows.cols == GlofndSide::kCols && rows.num_pairs_total == env_.num_pairs,
                 dir << "/" << name << ".h5: " << rows.num_pairs_total << " pairs x " << rows.cols
                     << " columns, the dataset has " << env_.num_pairs << " pairs");

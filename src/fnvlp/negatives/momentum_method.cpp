@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "fnvlp/train/checkpoint.hpp"
+#include "fnvlp/store/checkpoint.hpp"
 
 namespace fnvlp::negatives {
 
@@ -73,8 +73,8 @@ void MomentumMethod::after_step(StepContext& s) {
 
 void MomentumMethod::save(const std::string& dir) {
   if (!env_.comm.is_root()) return;
-  train::save_module(dir, "momentum_model", *model_m_);
-  train::save_module(dir, "momentum_queue", *queue_);
+  store::save_module(dir, "momentum_model", *model_m_);
+  store::save_module(dir, "momentum_queue", *queue_);
 }
 
 // A checkpoint without momentum state (written by a run with another loss.soft_targets) is
@@ -87,13 +87,13 @@ void MomentumMethod::load(const std::string& dir, int) {
               dir << ": no momentum state (momentum_model.pt, momentum_queue.pt): the checkpoint "
                      "was written without loss.soft_targets=momentum and cannot be resumed "
                      "with it; resume with the run's own loss.soft_targets, or start a new run");
-  train::load_module(dir, "momentum_model", *model_m_);
-  train::load_module(dir, "momentum_queue", *queue_);
+  store::load_module(dir, "momentum_model", *model_m_);
+  store::load_module(dir, "momentum_queue", *queue_);
   queue_->check(queue_size_, env_.model_config.embed_dim);
 }
 
 uint64_t MomentumMethod::state_bytes() const {
-  return train::module_bytes(*model_m_) + train::module_bytes(*queue_);
+  return store::module_bytes(*model_m_) + store::module_bytes(*queue_);
 }
 
 }  // namespace fnvlp::negatives

@@ -3,7 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "fnvlp/negatives/srcl.hpp"
-#include "fnvlp/train/checkpoint.hpp"
+#include "fnvlp/store/checkpoint.hpp"
 
 namespace fnvlp::negatives {
 
@@ -17,7 +17,7 @@ SrclMethod::SrclMethod(const MethodEnv& env, SrclConfig cfg) : env_(env), cfg_(s
   }
   // The frozen helper H of SRCL (eq. 6): a checkpoint of the same architecture.
   helper_ = model::Albef(env_.model_config);
-  env_.comm.collective([&] { train::load_module(cfg_.helper, "model", *helper_); });
+  env_.comm.collective([&] { store::load_module(cfg_.helper, "model", *helper_); });
   helper_->eval();
   for (auto& p : helper_->parameters()) p.requires_grad_(false);
 }

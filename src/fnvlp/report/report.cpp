@@ -14,6 +14,7 @@
 #include "fnvlp/core/error.hpp"
 #include "fnvlp/data/embeddings.hpp"
 #include "fnvlp/data/h5.hpp"
+#include "fnvlp/store/run_dir.hpp"
 
 namespace fnvlp::report {
 
@@ -141,18 +142,6 @@ std::vector<std::string> write_series_csv(const std::vector<json>& rows,
   }
   write_file(csv, os.str());
   return present;
-}
-
-std::string newest_embeddings(const fs::path& run) {
-  const fs::path dir = run / "embeddings";
-  std::string newest;
-  if (!fs::is_directory(dir)) return newest;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("epoch-", 0) == 0 && e.path().extension() == ".h5" && e.path().string() > newest)
-      newest = e.path().string();
-  }
-  return newest;
 }
 
 double config_alpha(const fs::path& run) {
@@ -381,7 +370,8 @@ json build_report(const Options& opt) {
       plots.push_back(p);
     }
     if (!opt.stats.empty())
-      report["stats"] = stats_section(opt.stats, newest_embeddings(run), data, plots, notes);
+      report["stats"] = stats_section(opt.stats, store::newest_epoch_embeddings(run.string()), data,
+                                      plots, notes);
   }
   if (!opt.campaign_dir.empty()) report["campaign"] = campaign_table(opt.campaign_dir);
 

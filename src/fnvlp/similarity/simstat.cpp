@@ -18,6 +18,7 @@
 #include "fnvlp/data/embeddings.hpp"
 #include "fnvlp/data/h5.hpp"
 #include "fnvlp/similarity/kernels.hpp"
+#include "fnvlp/store/run_dir.hpp"
 
 namespace fnvlp::similarity {
 
@@ -421,13 +422,7 @@ std::string resolve_lambda_source(const std::string& from) {
   const fs::path dir = fs::path(from) / "embeddings";
   FNVLP_CHECK(fs::is_directory(dir),
               "--lambda-from " << from << ": run directory has no embeddings/");
-  std::string newest;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    // epoch-EEE.h5 is zero-padded, so the lexicographic maximum is the newest epoch.
-    if (name.rfind("epoch-", 0) == 0 && e.path().extension() == ".h5" && e.path().string() > newest)
-      newest = e.path().string();
-  }
+  const std::string newest = store::newest_epoch_embeddings(from);
   FNVLP_CHECK(!newest.empty(), "--lambda-from " << from << ": no embeddings/epoch-*.h5 in the run");
   return newest;
 }

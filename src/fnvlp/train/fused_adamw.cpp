@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "fnvlp/core/cpu_float.hpp"
+#include "fnvlp/kernels/cpu_float.hpp"
 
 namespace fnvlp::train {
 

@@ -73,7 +73,7 @@ int FlatGradients::allreduce_mean(const Comm& comm, size_t chunk_elems) {
   const auto n = static_cast<size_t>(flat_.numel());
   int calls = 0;
   for (size_t off = 0; off < n; off += chunk_elems, ++calls)
-    comm.allreduce(data + off, std::min(chunk_elems, n - off), MPI_SUM);
+    comm.allreduce(data + off, std::min(chunk_elems, n - off), ReduceOp::kSum);
   flat_.mul_(1.0f / static_cast<float>(comm.size()));
   return calls;
 }

@@ -9,7 +9,7 @@
 #include "fnvlp/data/augment.hpp"
 #include "fnvlp/model/model_config.hpp"
 #include "fnvlp/negatives/method_config.hpp"
-#include "fnvlp/train/checkpoint.hpp"
+#include "fnvlp/store/checkpoint.hpp"
 #include "fnvlp/train/watchdog.hpp"
 
 namespace fnvlp::train {
@@ -161,7 +161,7 @@ struct PretrainConfig {
   NegativesConfig negatives;
   SamplerConfig sampler;
   TrainConfig train;
-  CheckpointConfig checkpoint;
+  store::CheckpointConfig checkpoint;
   WatchdogConfig watchdog;
   NonFiniteConfig non_finite;
   FaultConfig fault;

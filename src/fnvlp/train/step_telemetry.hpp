@@ -12,9 +12,13 @@
 #include "fnvlp/comm/comm.hpp"
 #include "fnvlp/core/timer.hpp"
 #include "fnvlp/data/dataset.hpp"
-#include "fnvlp/train/run_dir.hpp"
+#include "fnvlp/store/run_dir.hpp"
 
 namespace fnvlp::train {
+
+using store::MetricsWriter;
+using store::RunStatus;
+using store::RunSummary;
 
 struct StepLosses {
   double itc = 0, itm = 0, mlm = 0, total = 0;

@@ -1,4 +1,4 @@
-#include "fnvlp/train/trainer_impl.hpp"
+#include "fnvlp/train/trainer.hpp"
 
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -21,17 +21,18 @@
 #include "fnvlp/model/albef.hpp"
 #include "fnvlp/negatives/fn_rate.hpp"
 #include "fnvlp/negatives/grouped_sampler.hpp"
+#include "fnvlp/store/components.hpp"
+#include "fnvlp/store/pretrained.hpp"
+#include "fnvlp/store/run_dir.hpp"
 #include "fnvlp/train/batch_source.hpp"
-#include "fnvlp/train/components.hpp"
 #include "fnvlp/train/embed_export.hpp"
 #include "fnvlp/train/fused_adamw.hpp"
 #include "fnvlp/train/grad_sync.hpp"
 #include "fnvlp/train/methods.hpp"
-#include "fnvlp/train/pretrained.hpp"
-#include "fnvlp/train/run_dir.hpp"
 #include "fnvlp/train/schedule.hpp"
 #include "fnvlp/train/signals.hpp"
 #include "fnvlp/train/step_telemetry.hpp"
+#include "fnvlp/train/trainer_impl.hpp"
 
 namespace fnvlp::train {
 
@@ -41,8 +42,6 @@ using negatives::Method;
 using negatives::StepContext;
 
 namespace {
-
-constexpr int64_t kPadId = 0, kClsId = 101, kSepId = 102, kMaskId = 103;
 
 std::unique_ptr<torch::optim::AdamW> make_adamw(const OptimConfig& o,
                                                 const std::vector<torch::Tensor>& params) {
@@ -348,8 +347,10 @@ torch::Tensor Trainer::mlm_loss(StepContext& s, const std::vector<torch::Tensor>
   if (cfg_.loss.mlm_weight == 0) return torch::zeros({});
   const torch::Tensor& mask = s.batch.attention_mask;
   auto gen = negatives::step_generator(seed(), step_, comm_.rank(), negatives::kMlmStream);
-  s.masking = loss::mask_tokens(s.batch.tokens, mask, cfg_.loss.mlm_probability,
-                                cfg_.model.vocab_size, kMaskId, {kPadId, kClsId, kSepId}, gen);
+  const data::SpecialTokens& special = dataset_.special_tokens();
+  s.masking =
+      loss::mask_tokens(s.batch.tokens, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size,
+                        special.mask, {special.pad, special.cls, special.sep}, gen);
   const torch::Tensor at_masked = model_->fuse_at(model_->encode_text(s.masking.input_ids, mask),
                                                   mask, image_keys, {}, s.masking.positions);
   for (auto& m : methods_)
@@ -364,7 +365,7 @@ torch::Tensor Trainer::mlm_loss(StepContext& s, const std::vector<torch::Tensor>
 
 void Trainer::sum_rows(torch::Tensor& t) {
   t = t.contiguous();
-  comm_.allreduce(t.data_ptr<float>(), static_cast<size_t>(t.numel()), MPI_SUM);
+  comm_.allreduce(t.data_ptr<float>(), static_cast<size_t>(t.numel()), ReduceOp::kSum);
 }
 
 void Trainer::log_progress(MetricsWriter& metrics, const BatchSource& loader) {

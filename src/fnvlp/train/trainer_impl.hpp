@@ -17,17 +17,37 @@
 #include "fnvlp/model/albef.hpp"
 #include "fnvlp/negatives/grouped_sampler.hpp"
 #include "fnvlp/negatives/method.hpp"
+#include "fnvlp/store/checkpoint.hpp"
+#include "fnvlp/store/components.hpp"
+#include "fnvlp/store/pretrained.hpp"
+#include "fnvlp/store/run_dir.hpp"
 #include "fnvlp/train/batch_source.hpp"
-#include "fnvlp/train/checkpoint.hpp"
-#include "fnvlp/train/components.hpp"
 #include "fnvlp/train/grad_sync.hpp"
 #include "fnvlp/train/pretrain_config.hpp"
-#include "fnvlp/train/run_dir.hpp"
 #include "fnvlp/train/step_telemetry.hpp"
 #include "fnvlp/train/trainer.hpp"
 #include "fnvlp/train/watchdog.hpp"
 
 namespace fnvlp::train {
+
+using store::CheckpointInfo;
+using store::CheckpointManager;
+using store::Component;
+using store::Components;
+using store::load_module;
+using store::load_optimizer;
+using store::load_pretrained_weights;
+using store::MetricsWriter;
+using store::module_bytes;
+using store::optimizer_state_bytes;
+using store::rank_file;
+using store::read_file;
+using store::RunDir;
+using store::RunStatus;
+using store::save_module;
+using store::save_optimizer;
+using store::write_file;
+using store::write_model_config;
 
 class Trainer {
  public:

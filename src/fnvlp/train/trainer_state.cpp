@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <optional>
 
+#include "fnvlp/store/pretrained.hpp"
 #include "fnvlp/train/embed_export.hpp"
-#include "fnvlp/train/pretrained.hpp"
 #include "fnvlp/train/signals.hpp"
 #include "fnvlp/train/trainer_impl.hpp"
 

@@ -22,8 +22,10 @@ inline uint8_t pixel(int64_t image_id, size_t k) {
   return static_cast<uint8_t>((z ^ (z >> 31)) & 0xFF);
 }
 
-// Two shards of `pairs_per_shard` pairs; every two consecutive pairs share an image.
-inline data::Manifest write_test_dataset(const std::string& dir, int64_t pairs_per_shard = 10) {
+// Two shards of `pairs_per_shard` pairs; every two consecutive pairs share an image. Manifest and
+// shards name `vocab` (by sha256) where given, a placeholder otherwise.
+inline data::Manifest write_test_dataset(const std::string& dir, int64_t pairs_per_shard = 10,
+                                         const std::string& vocab = "") {
   namespace fs = std::filesystem;
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -32,8 +34,8 @@ inline data::Manifest write_test_dataset(const std::string& dir, int64_t pairs_p
   m.created_at = "2026-01-01T00:00:00Z";
   m.image_size = kImageSize;
   m.max_len = kMaxLen;
-  m.vocab_path = "vocab.txt";
-  m.vocab_sha256 = std::string(64, 'a');
+  m.vocab_path = vocab.empty() ? "vocab.txt" : vocab;
+  m.vocab_sha256 = vocab.empty() ? std::string(64, 'a') : sha256_file(vocab);
   m.vocab_size = 1000;
   int64_t pair = 0;
   for (int s = 0; s < 2; ++s) {

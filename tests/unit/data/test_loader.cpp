@@ -321,6 +321,39 @@ TEST(PairDataset, MissingOrTruncatedShardIsNamed) {
   EXPECT_THROW(PairDataset(tmpdir("does_not_exist")), Error);
 }
 
+TEST(PairDataset, SpecialTokensFromTheManifestOrItsVocabulary) {
+  const std::string dir = tmpdir("special");
+  Manifest m = testutil::write_test_dataset(dir);
+  // The fixture's manifest names no real vocabulary and records no ids.
+  EXPECT_THROW(PairDataset(dir).special_tokens(), Error);
+
+  // A manifest written before the ids were recorded: looked up in its vocabulary file, which must
+  // still be the one the captions were tokenized with.
+  const std::string bert_vocab = FNVLP_SHARED_DIR "/data/vocab/bert-base-uncased-vocab.txt";
+  const std::string vocab = tmpdir("vocab.txt");
+  fs::copy_file(bert_vocab, vocab, fs::copy_options::overwrite_existing);
+  m = testutil::write_test_dataset(dir, 10, vocab);
+  std::ofstream(vocab, std::ios::app) << "[unused_extra]\n";
+  EXPECT_THROW(PairDataset(dir).special_tokens(), Error);
+  fs::copy_file(bert_vocab, vocab, fs::copy_options::overwrite_existing);
+  const SpecialTokens bert = PairDataset(dir).special_tokens();
+  EXPECT_EQ(std::vector<int64_t>({bert.pad, bert.cls, bert.sep, bert.mask}),
+            std::vector<int64_t>({0, 101, 102, 103}));
+
+  // Recorded ids win (and round-trip through manifest.json); the file is not read.
+  m.vocab_path = tmpdir("no_such_vocab.txt");
+  m.special_tokens = {0, 5, 6, 7};
+  m.save(dir);
+  EXPECT_EQ(Manifest::load(dir).to_json(), m.to_json());
+  const SpecialTokens own = PairDataset(dir).special_tokens();
+  EXPECT_EQ(std::vector<int64_t>({own.pad, own.cls, own.sep, own.mask}),
+            std::vector<int64_t>({0, 5, 6, 7}));
+
+  m.special_tokens.mask = m.vocab_size;  // outside the vocabulary
+  m.save(dir);
+  EXPECT_THROW(Manifest::load(dir), Error);
+}
+
 TEST(PairDataset, CorruptImageChunkNamesFileAndDataset) {
   const std::string dir = tmpdir("corrupt");
   testutil::write_test_dataset(dir);

@@ -72,6 +72,9 @@ TEST(Tokenizer, BertVocabularyFacts) {
   EXPECT_EQ(tok.cls_id(), 101);
   EXPECT_EQ(tok.sep_id(), 102);
   EXPECT_EQ(tok.mask_id(), 103);
+  const fnvlp::data::SpecialTokens st = tok.special_tokens();
+  EXPECT_EQ(std::vector<int64_t>({st.pad, st.cls, st.sep, st.mask}),
+            std::vector<int64_t>({0, 101, 102, 103}));
   EXPECT_EQ(tok.vocab_sha256(), "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3");
   EXPECT_EQ(tok.id("[MASK]"), 103);
   EXPECT_EQ(tok.id("the"), 1996);

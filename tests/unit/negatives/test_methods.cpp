@@ -15,7 +15,6 @@
 #include "fnvlp/negatives/momentum_method.hpp"
 #include "fnvlp/negatives/srcl_method.hpp"
 #include "fnvlp/negatives/tcl_method.hpp"
-#include "fnvlp/train/components.hpp"
 #include "fnvlp/train/methods.hpp"
 
 namespace fs = std::filesystem;
@@ -290,21 +289,4 @@ TEST(TrainMethods, RefusesMomentumWithANegativesMethodAndFalconWithoutMlm) {
   a.negatives.alpha = 1.5;
   EXPECT_THROW(train::validate_methods(a), fnvlp::Error);
   EXPECT_NO_THROW(train::validate_methods(train::PretrainConfig{}));
-}
-
-TEST(TrainComponents, CollectiveSavesRunBeforeLocalOnes) {
-  train::Components c;
-  std::vector<std::string> order;
-  auto add = [&](const std::string& name, bool collective) {
-    c.add({name, [&order, name](const std::string&) { order.push_back("save " + name); },
-           [&order, name](const std::string&, int) { order.push_back("load " + name); },
-           collective});
-  };
-  add("sampler", false);
-  add("glofnd", true);
-  add("model", false);
-  c.save("d");
-  c.load("d", 2);
-  EXPECT_EQ(order, (std::vector<std::string>{"save glofnd", "save sampler", "save model",
-                                             "load glofnd", "load sampler", "load model"}));
 }

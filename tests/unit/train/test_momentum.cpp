@@ -14,12 +14,14 @@
 #include "fnvlp/loss/itc.hpp"
 #include "fnvlp/model/albef.hpp"
 #include "fnvlp/negatives/momentum.hpp"
-#include "fnvlp/train/checkpoint.hpp"
+#include "fnvlp/store/checkpoint.hpp"
 #include "fnvlp/train/pretrain_config.hpp"
 
 namespace fs = std::filesystem;
 using namespace fnvlp::train;
 using namespace fnvlp::negatives;
+using fnvlp::store::load_module;
+using fnvlp::store::save_module;
 namespace F = torch::nn::functional;
 
 namespace {

@@ -1,4 +1,4 @@
-#include "fnvlp/train/checkpoint.hpp"
+#include "fnvlp/store/checkpoint.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/statvfs.h>
@@ -18,12 +18,13 @@
 #include <unordered_set>
 
 #include "fnvlp/core/sha256.hpp"
+#include "fnvlp/core/timer.hpp"
 #include "fnvlp/data/h5.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace fnvlp::train {
+namespace fnvlp::store {
 
 namespace {
 
@@ -39,15 +40,6 @@ int64_t parse_step_dir(const std::string& name) {
   std::smatch m;
   if (!std::regex_match(name, m, re)) return -1;
   return std::stoll(m[1].str());
-}
-
-std::string utc_now_iso8601() {
-  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 uint64_t free_bytes(const std::string& dir) {
@@ -736,4 +728,4 @@ PerPairRows load_per_pair(const std::string& dir, const std::string& name, const
   return out;
 }
 
-}  // namespace fnvlp::train
+}  // namespace fnvlp::store

@@ -1,4 +1,4 @@
-#include "fnvlp/train/pretrained.hpp"
+#include "fnvlp/store/pretrained.hpp"
 
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -6,10 +6,10 @@
 #include <filesystem>
 
 #include "fnvlp/core/config.hpp"
-#include "fnvlp/train/checkpoint.hpp"
-#include "fnvlp/train/run_dir.hpp"
+#include "fnvlp/store/checkpoint.hpp"
+#include "fnvlp/store/run_dir.hpp"
 
-namespace fnvlp::train {
+namespace fnvlp::store {
 
 namespace fs = std::filesystem;
 
@@ -63,4 +63,4 @@ void load_pretrained_weights(const Comm& comm, const std::string& dir, torch::nn
   if (comm.is_root()) spdlog::info("loaded model weights from {}", resolve_checkpoint_dir(dir));
 }
 
-}  // namespace fnvlp::train
+}  // namespace fnvlp::store

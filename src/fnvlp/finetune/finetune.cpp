@@ -1,4 +1,4 @@
-#include "fnvlp/train/finetune.hpp"
+#include "fnvlp/finetune/finetune.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -8,27 +8,27 @@
 #include "fnvlp/core/config.hpp"
 #include "fnvlp/data/dataset.hpp"
 #include "fnvlp/model/albef.hpp"
-#include "fnvlp/train/best.hpp"
-#include "fnvlp/train/pretrained.hpp"
+#include "fnvlp/store/best.hpp"
+#include "fnvlp/store/pretrained.hpp"
 #include "fnvlp/train/trainer.hpp"
 
-namespace fnvlp::train {
+namespace fnvlp::finetune {
 
 int run_finetuning(const Comm& comm, FinetuneConfig cfg, const FinetuneOptions& opt) {
   cfg.eval.validate();
-  PretrainOptions base;
+  train::PretrainOptions base;
   base.data_dir = opt.data_dir;
   base.run_dir = opt.run_dir;
   base.resume = opt.resume;
   if (!opt.init.empty()) {
     // The pretrained architecture is what gets fine-tuned: the config's model section yields.
-    cfg.model = open_pretrained(comm, opt.init);
+    cfg.model = store::open_pretrained(comm, opt.init);
     base.init_checkpoint = opt.init;
   }
   base.config_yaml = config::dump(config::to_yaml(cfg));
 
   std::unique_ptr<data::PairDataset> val;
-  std::optional<BestCheckpoint> best;
+  std::optional<store::BestCheckpoint> best;
   if (!opt.val_dir.empty()) {
     comm.collective([&] { val = std::make_unique<data::PairDataset>(opt.val_dir); });
     base.on_epoch_end = [&](model::AlbefImpl& model, int64_t epoch, int64_t step) {
@@ -47,7 +47,7 @@ int run_finetuning(const Comm& comm, FinetuneConfig cfg, const FinetuneOptions& 
       return rec;
     };
   }
-  return run_pretraining(comm, cfg, base);
+  return train::run_pretraining(comm, cfg, base);
 }
 
-}  // namespace fnvlp::train
+}  // namespace fnvlp::finetune

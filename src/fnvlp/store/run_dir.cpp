@@ -1,4 +1,4 @@
-#include "fnvlp/train/run_dir.hpp"
+#include "fnvlp/store/run_dir.hpp"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -14,11 +14,12 @@
 
 #include "fnvlp/core/error.hpp"
 #include "fnvlp/core/fault.hpp"
+#include "fnvlp/core/timer.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace fnvlp::train {
+namespace fnvlp::store {
 
 // --- checked files ------------------------------------------------------------------------------
 
@@ -123,17 +124,6 @@ const char* to_string(RunStatus status) {
   return "unknown";
 }
 
-namespace {
-std::string utc_now_iso8601() {
-  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-}  // namespace
-
 RunDir::RunDir(const std::string& path, const Comm& comm) : path_(path), comm_(comm) {
   FNVLP_CHECK(!path.empty(), "run directory: empty path");
   while (path_.size() > 1 && path_.back() == '/') path_.pop_back();
@@ -152,6 +142,19 @@ std::string RunDir::embeddings_path(int64_t epoch) const {
   char name[32];
   std::snprintf(name, sizeof(name), "epoch-%03lld.h5", static_cast<long long>(epoch));
   return embeddings_dir() + "/" + name;
+}
+
+std::string newest_epoch_embeddings(const std::string& run_dir) {
+  const fs::path dir = fs::path(run_dir) / "embeddings";
+  std::string newest;
+  if (!fs::is_directory(dir)) return newest;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    // epoch-EEE.h5 is zero-padded, so the lexicographic maximum is the newest epoch.
+    if (name.rfind("epoch-", 0) == 0 && e.path().extension() == ".h5" && e.path().string() > newest)
+      newest = e.path().string();
+  }
+  return newest;
 }
 
 void RunDir::write_config(const std::string& resolved_yaml) const {
@@ -239,4 +242,4 @@ void MetricsWriter::close() {
   FNVLP_CHECK(std::fclose(f) == 0, "cannot close '" << path_ << "': " << std::strerror(errno));
 }
 
-}  // namespace fnvlp::train
+}  // namespace fnvlp::store

@@ -3,20 +3,21 @@
 // pretraining trainer, so it has the same run directory, checkpoints, preemption and resume.
 // The model starts from a pretrained checkpoint's weights (--init; its model.yaml decides the
 // architecture), the validation shards are evaluated at every epoch end with ITC + ITM re-ranking
-// (eval.k_test candidates), and the best model by val r_mean is kept (train/best.hpp).
+// (eval.k_test candidates), and the best model by val r_mean is kept (store/best.hpp).
+// The one room that includes both train/ and eval/: each of them depends on neither.
 #include <string>
 
 #include "fnvlp/comm/comm.hpp"
 #include "fnvlp/eval/itm_eval.hpp"
 #include "fnvlp/train/pretrain_config.hpp"
 
-namespace fnvlp::train {
+namespace fnvlp::finetune {
 
-struct FinetuneConfig : PretrainConfig {
+struct FinetuneConfig : train::PretrainConfig {
   eval::RetrievalEvalConfig eval;  // per-epoch validation
   template <class V>
   void fields(V& v) {
-    PretrainConfig::fields(v);
+    train::PretrainConfig::fields(v);
     v("eval", eval);
   }
 };
@@ -29,4 +30,4 @@ struct FinetuneOptions {
 // Collective. Returns the process exit code as run_pretraining does.
 int run_finetuning(const Comm& comm, FinetuneConfig cfg, const FinetuneOptions& opt);
 
-}  // namespace fnvlp::train
+}  // namespace fnvlp::finetune

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace fnvlp::train {
+namespace fnvlp::store {
 
 struct Component {
   using SaveFn = std::function<void(const std::string& dir)>;
@@ -40,4 +40,4 @@ class Components {
   std::vector<Component> items_;
 };
 
-}  // namespace fnvlp::train
+}  // namespace fnvlp::store

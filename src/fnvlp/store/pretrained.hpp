@@ -12,7 +12,7 @@ namespace torch::nn {
 class Module;
 }
 
-namespace fnvlp::train {
+namespace fnvlp::store {
 
 inline constexpr const char* kModelConfigFile = "model.yaml";
 
@@ -32,4 +32,4 @@ model::ModelConfig open_pretrained(const Comm& comm, const std::string& dir);
 // Collective: every rank loads DIR/model.pt into `model` (built from open_pretrained's config).
 void load_pretrained_weights(const Comm& comm, const std::string& dir, torch::nn::Module& model);
 
-}  // namespace fnvlp::train
+}  // namespace fnvlp::store

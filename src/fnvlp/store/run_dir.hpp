@@ -3,8 +3,8 @@
 //
 //   RUN/config.yaml         resolved config (rank 0, temp + rename)
 //   RUN/metrics.jsonl       one JSON object per logged step (rank 0, flushed per line)
-//   RUN/logs/rank-R.log     per-rank logs (the trainer calls fnvlp::log::init(rank, size,
-//   logs_dir())) RUN/checkpoints/        step-NNNNNNN/ + latest (see checkpoint.hpp)
+//   RUN/logs/rank-R.log     per-rank logs (fnvlp::log::init(rank, size, logs_dir()))
+//   RUN/checkpoints/        step-NNNNNNN/ + latest (see checkpoint.hpp)
 //   RUN/embeddings/         epoch-EEE.h5
 //   RUN/summary.json        exit status, steps, samples/s, skipped steps, final metrics
 //
@@ -20,7 +20,7 @@
 
 #include "fnvlp/comm/comm.hpp"
 
-namespace fnvlp::train {
+namespace fnvlp::store {
 
 // --- checked files ------------------------------------------------------------------------------
 
@@ -113,6 +113,11 @@ class RunDir {
   const Comm& comm_;
 };
 
+// Local: the newest RUN/embeddings/epoch-EEE.h5 of a run directory, "" when there is none (the
+// on-demand step-SSSSSSS.h5 exports are not epochs). What fnvlp-report and fnvlp-simstat
+// --lambda-from read.
+std::string newest_epoch_embeddings(const std::string& run_dir);
+
 // metrics.jsonl writer. Only rank 0 touches the file; on other ranks every call is a no-op.
 class MetricsWriter {
  public:
@@ -139,4 +144,4 @@ class MetricsWriter {
   int64_t dropped_ = 0;
 };
 
-}  // namespace fnvlp::train
+}  // namespace fnvlp::store

@@ -1,4 +1,4 @@
-#include "fnvlp/core/gemm_few_rows.hpp"
+#include "fnvlp/kernels/gemm_few_rows.hpp"
 
 #include <cblas.h>
 

@@ -1,4 +1,4 @@
-#include "fnvlp/core/malloc_tuning.hpp"
+#include "fnvlp/kernels/malloc_tuning.hpp"
 
 #include <cstdlib>
 #include <cstring>

@@ -11,9 +11,9 @@
 
 #include "fnvlp/comm/comm.hpp"
 #include "fnvlp/model/model_config.hpp"
-#include "fnvlp/train/checkpoint.hpp"
+#include "fnvlp/store/checkpoint.hpp"
 
-namespace fnvlp::train {
+namespace fnvlp::store {
 
 class BestCheckpoint {
  public:
@@ -38,4 +38,4 @@ class BestCheckpoint {
   int64_t step_ = -1;
 };
 
-}  // namespace fnvlp::train
+}  // namespace fnvlp::store

@@ -1,10 +1,10 @@
-#include "fnvlp/core/grad_accumulation.hpp"
+#include "fnvlp/kernels/grad_accumulation.hpp"
 
 #include <ATen/Parallel.h>
 
 #include <vector>
 
-#include "fnvlp/core/simd_math.hpp"
+#include "fnvlp/kernels/simd_math.hpp"
 
 namespace fnvlp {
 

@@ -1,13 +1,13 @@
-#include "fnvlp/train/best.hpp"
+#include "fnvlp/store/best.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
 
-#include "fnvlp/train/pretrained.hpp"
-#include "fnvlp/train/run_dir.hpp"
+#include "fnvlp/store/pretrained.hpp"
+#include "fnvlp/store/run_dir.hpp"
 
-namespace fnvlp::train {
+namespace fnvlp::store {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -64,4 +64,4 @@ bool BestCheckpoint::update(const json& metrics, int64_t step, int64_t epoch,
   return true;
 }
 
-}  // namespace fnvlp::train
+}  // namespace fnvlp::store

@@ -7,14 +7,17 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "fnvlp/comm/comm.hpp"
 #include "fnvlp/core/sha256.hpp"
-#include "fnvlp/train/checkpoint.hpp"
+#include "fnvlp/store/checkpoint.hpp"
+#include "fnvlp/store/components.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using namespace fnvlp::train;
+using namespace fnvlp::store;
 
 namespace {
 
@@ -383,3 +386,20 @@ TEST(PerPairState, SingleRankRoundTripWithGapsAndErrors) {
 }
 
 }  // namespace
+
+TEST(StoreComponents, CollectiveSavesRunBeforeLocalOnes) {
+  fnvlp::store::Components c;
+  std::vector<std::string> order;
+  auto add = [&](const std::string& name, bool collective) {
+    c.add({name, [&order, name](const std::string&) { order.push_back("save " + name); },
+           [&order, name](const std::string&, int) { order.push_back("load " + name); },
+           collective});
+  };
+  add("sampler", false);
+  add("glofnd", true);
+  add("model", false);
+  c.save("d");
+  c.load("d", 2);
+  EXPECT_EQ(order, (std::vector<std::string>{"save glofnd", "save sampler", "save model",
+                                             "load glofnd", "load sampler", "load model"}));
+}

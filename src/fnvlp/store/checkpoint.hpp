@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "fnvlp/comm/comm.hpp"
-#include "fnvlp/train/run_dir.hpp"
+#include "fnvlp/store/run_dir.hpp"
 
 // Declared here so that users of the manager alone do not compile torch's headers.
 namespace torch {
@@ -51,7 +51,7 @@ class Optimizer;
 }
 }  // namespace torch
 
-namespace fnvlp::train {
+namespace fnvlp::store {
 
 inline constexpr const char* kCommittedMarker = "COMMITTED";
 inline constexpr int kCheckpointFormat = 1;  // "fnvlp_checkpoint" in the marker
@@ -130,11 +130,10 @@ class CheckpointManager {
   uint64_t expected_bytes_ = 0;  // size of the next checkpoint (estimate, then the last real one)
 };
 
-// --- content helpers
-// ------------------------------------------------------------------------------ Files are
-// DIR/NAME.pt, DIR/NAME.json, DIR/NAME.h5. Every write is checked (a full disk throws naming the
-// file). A replicated object (model, optimizer, trainer state) is written by rank 0 only; per-rank
-// objects under rank_file(name, rank).
+// --- content helpers -----------------------------------------------------------------------------
+// Files are DIR/NAME.pt, DIR/NAME.json, DIR/NAME.h5. Every write is checked (a full disk throws
+// naming the file). A replicated object (model, optimizer, trainer state) is written by rank 0
+// only; per-rank objects under rank_file(name, rank).
 
 // Parameters AND buffers (BatchNorm running statistics ...), recursively, as torch's archive.
 void save_module(const std::string& dir, const std::string& name, const torch::nn::Module& module);
@@ -204,4 +203,4 @@ struct PerPairRows {
 PerPairRows load_per_pair(const std::string& dir, const std::string& name, const Comm& comm,
                           const std::vector<int64_t>& pair_ids);
 
-}  // namespace fnvlp::train
+}  // namespace fnvlp::store

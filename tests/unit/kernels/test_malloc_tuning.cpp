@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "fnvlp/core/malloc_tuning.hpp"
+#include "fnvlp/kernels/malloc_tuning.hpp"
 
 namespace {
 
