@@ -22,15 +22,10 @@ int main(int argc, char** argv) {
       ("out", "report directory", cxxopts::value(o.out_dir))
       ("python", "python with matplotlib", cxxopts::value(o.python)->default_value("/usr/bin/python3"))
       ("plots-script", "plot script (default: analysis/plots.py or $FNVLP_PLOTS_SCRIPT)",
-       cxxopts::value(o.plots_script))
-      ("h,help", "show this help");
+       cxxopts::value(o.plots_script));
     // clang-format on
-    const auto args = cli.parse(argc, argv);
-    if (args.count("help")) {
-      if (comm.is_root()) std::cout << cli.help() << "\n";
-      return 0;
-    }
-    if (!args.count("out")) throw cxxopts::exceptions::exception("option --out is required");
+    const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm, {"out"});
+    if (!parsed) return 0;
     // The report is small: rank 0 builds it, the others wait for the outcome.
     comm.collective([&] {
       if (!comm.is_root()) return;

@@ -37,16 +37,10 @@ int main(int argc, char** argv) {
       ("fnc-seed", "seed of the FNC batches", cxxopts::value(p.fnc_seed)->default_value("0"))
       ("start-sample", "candidates sampled for the starting thresholds (-1: N/64, at most 8192; "
        "0: none; results never change)", cxxopts::value(p.start_sample)->default_value("-1"))
-      ("threads", "libtorch threads per rank", cxxopts::value(o.threads)->default_value("1"))
-      ("h,help", "show this help");
+      ("threads", "libtorch threads per rank", cxxopts::value(o.threads)->default_value("1"));
     // clang-format on
-    const auto args = cli.parse(argc, argv);
-    if (args.count("help")) {
-      if (comm.is_root()) std::cout << cli.help() << "\n";
-      return 0;
-    }
-    if (!args.count("embeddings") || !args.count("out"))
-      throw cxxopts::exceptions::exception("options --embeddings and --out are required");
+    const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm, {"embeddings", "out"});
+    if (!parsed) return 0;
     fnvlp::similarity::KokkosRuntime kokkos;  // after MPI, finalised before MPI_Finalize
     const auto s = fnvlp::similarity::run_simstat(comm, o);
     if (comm.is_root()) {

@@ -29,14 +29,11 @@ int main(int argc, char** argv) {
        cxxopts::value(o.max_reject_fraction)->default_value("0.01"))
       ("image-chunk", "images per HDF5 chunk (1..64)", cxxopts::value(o.image_chunk)->default_value("8"))
       ("threads", "helper threads per rank (decode, checksums)", cxxopts::value(o.threads)->default_value("1"))
-      ("verify", "check DIR (manifest, sha256, every chunk) instead of sharding", cxxopts::value<std::string>())
-      ("h,help", "show this help");
+      ("verify", "check DIR (manifest, sha256, every chunk) instead of sharding", cxxopts::value<std::string>());
     // clang-format on
-    const auto args = cli.parse(argc, argv);
-    if (args.count("help")) {
-      if (comm.is_root()) std::cout << cli.help() << "\n";
-      return 0;
-    }
+    const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm);
+    if (!parsed) return 0;
+    const cxxopts::ParseResult& args = *parsed;
     if (args.count("verify")) {
       const std::string dir = args["verify"].as<std::string>();
       int64_t pairs = 0;

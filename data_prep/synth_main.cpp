@@ -25,15 +25,10 @@ int main(int argc, char** argv) {
       ("seed", "random seed (output is a pure function of it)",
        cxxopts::value(o.seed)->default_value("0"))
       ("val-fraction", "fraction of images (the last ones) in the val split",
-       cxxopts::value(o.val_fraction)->default_value("0.1"))
-      ("h,help", "show this help");
+       cxxopts::value(o.val_fraction)->default_value("0.1"));
     // clang-format on
-    const auto args = cli.parse(argc, argv);
-    if (args.count("help")) {
-      if (comm.is_root()) std::cout << cli.help() << "\n";
-      return 0;
-    }
-    if (!args.count("out")) throw cxxopts::exceptions::exception("option --out is required");
+    const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm, {"out"});
+    if (!parsed) return 0;
     if (comm.is_root()) {
       spdlog::info("fnvlp-synth: {} images x {} captions, {} classes, {} px, seed {} -> {}",
                    o.images, o.captions_per_image, o.classes, o.image_size, o.seed, o.out_dir);

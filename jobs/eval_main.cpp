@@ -26,14 +26,10 @@ int main(int argc, char** argv) {
        cxxopts::value(opt.probe_train_dir))
       ("probe-weight-decay", "L2 penalty of the probe",
        cxxopts::value(opt.probe_cfg.weight_decay)->default_value("0.001"))
-      ("ranks-out", "write every query's rank to this JSON file", cxxopts::value(opt.ranks_out))
-      ("h,help", "show this help");
+      ("ranks-out", "write every query's rank to this JSON file", cxxopts::value(opt.ranks_out));
     // clang-format on
-    const auto args = cli.parse(argc, argv);
-    if (args.count("help")) {
-      if (comm.is_root()) std::cout << cli.help() << "\n";
-      return 0;
-    }
+    const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm);
+    if (!parsed) return 0;
     fnvlp::eval::run_evaluation(comm, opt);
     return 0;
   });

@@ -23,15 +23,10 @@ int main(int argc, char** argv) {
       ("set", "override a config key: --set train.batch_size=64 (repeatable)",
        cxxopts::value(overrides))
       ("resume", "auto (newest committed checkpoint) or a checkpoint directory",
-       cxxopts::value(opt.resume))
-      ("h,help", "show this help");
+       cxxopts::value(opt.resume));
         // clang-format on
-        const auto args = cli.parse(argc, argv);
-        if (args.count("help")) {
-          if (comm.is_root()) std::cout << cli.help() << "\n";
-          return 0;
-        }
-        FNVLP_CHECK(!opt.data_dir.empty() && !opt.run_dir.empty(), "--data and --out are required");
+        const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm, {"data", "out"});
+        if (!parsed) return 0;
         std::vector<std::string> notes;
         const auto cfg = fnvlp::config::load_typed<fnvlp::train::PretrainConfig>(config_paths,
                                                                                  overrides, &notes);

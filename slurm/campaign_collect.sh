@@ -5,11 +5,10 @@
 #SBATCH --job-name=fnvlp-collect
 #SBATCH --output=logs/%x-%j.out
 set -euo pipefail
-if [ -z "${FNVLP_ROOT:-}" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
-  FNVLP_ROOT=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')
-  FNVLP_ROOT=$(cd "$(dirname "$FNVLP_ROOT")/.." && pwd)
-fi
-FNVLP_ROOT=${FNVLP_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+# sbatch runs a spool copy of this script: the checkout is found from the submitted command's path.
+[ -n "${FNVLP_ROOT:-}" ] || [ -z "${SLURM_JOB_ID:-}" ] ||
+  job_cmd=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')
+FNVLP_ROOT=${FNVLP_ROOT:-$(cd "$(dirname "${job_cmd:-${BASH_SOURCE[0]}}")/.." && pwd)}
 # shellcheck source=slurm/common.sh
 source "$FNVLP_ROOT/slurm/common.sh"
 

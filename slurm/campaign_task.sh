@@ -5,15 +5,12 @@
 #SBATCH --job-name=fnvlp-camp
 #SBATCH --output=logs/%x-%A_%a.out
 set -euo pipefail
-if [ -z "${FNVLP_ROOT:-}" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
-  FNVLP_ROOT=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')
-  FNVLP_ROOT=$(cd "$(dirname "$FNVLP_ROOT")/.." && pwd)
-fi
-FNVLP_ROOT=${FNVLP_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+# sbatch runs a spool copy of this script: the checkout is found from the submitted command's path.
+[ -n "${FNVLP_ROOT:-}" ] || [ -z "${SLURM_JOB_ID:-}" ] ||
+  job_cmd=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')
+FNVLP_ROOT=${FNVLP_ROOT:-$(cd "$(dirname "${job_cmd:-${BASH_SOURCE[0]}}")/.." && pwd)}
 # shellcheck source=slurm/common.sh
 source "$FNVLP_ROOT/slurm/common.sh"
-# shellcheck source=env/mpi-env.sh
-source "$FNVLP_ROOT/env/mpi-env.sh"
 
 camp=${1:?usage: sbatch --array=... slurm/campaign_task.sh CAMPAIGN_DIR}
 index=${SLURM_ARRAY_TASK_ID:?not an array task}

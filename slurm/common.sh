@@ -9,6 +9,9 @@
 
 : "${FNVLP_ROOT:?set FNVLP_ROOT before sourcing slurm/common.sh}"
 export FNVLP_ROOT
+# Every job launches or prepares MPI ranks: the settings they need on this kind of machine.
+# shellcheck source=env/mpi-env.sh
+source "$FNVLP_ROOT/env/mpi-env.sh"
 
 fnvlp_die() {
   echo "fnvlp: error: $*" >&2

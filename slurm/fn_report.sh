@@ -11,11 +11,10 @@
 #SBATCH --time=02:00:00
 #SBATCH --output=logs/%x-%j.out
 set -euo pipefail
-if [ -z "${FNVLP_ROOT:-}" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
-  FNVLP_ROOT=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')
-  FNVLP_ROOT=$(cd "$(dirname "$FNVLP_ROOT")/.." && pwd)
-fi
-FNVLP_ROOT=${FNVLP_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+# sbatch runs a spool copy of this script: the checkout is found from the submitted command's path.
+[ -n "${FNVLP_ROOT:-}" ] || [ -z "${SLURM_JOB_ID:-}" ] ||
+  job_cmd=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')
+FNVLP_ROOT=${FNVLP_ROOT:-$(cd "$(dirname "${job_cmd:-${BASH_SOURCE[0]}}")/.." && pwd)}
 run=${1:?usage: slurm/fn_report.sh RUN_DIR}
 [ -d "$run/embeddings" ] || { echo "fn_report: $run is not a run directory with embeddings/" >&2; exit 1; }
 FNVLP_RUN=$(cd "$run" && pwd)

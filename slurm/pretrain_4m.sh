@@ -29,18 +29,14 @@
 #SBATCH --open-mode=append
 #SBATCH --output=logs/%x-%j.out
 set -euo pipefail
-if [ -z "${FNVLP_ROOT:-}" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
-  # sbatch runs a copy of this script: find the checkout from the submitted command's path.
-  FNVLP_ROOT=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')
-  FNVLP_ROOT=$(cd "$(dirname "$FNVLP_ROOT")/.." && pwd)
-fi
-FNVLP_ROOT=${FNVLP_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+# sbatch runs a spool copy of this script: the checkout is found from the submitted command's path.
+[ -n "${FNVLP_ROOT:-}" ] || [ -z "${SLURM_JOB_ID:-}" ] ||
+  job_cmd=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')
+FNVLP_ROOT=${FNVLP_ROOT:-$(cd "$(dirname "${job_cmd:-${BASH_SOURCE[0]}}")/.." && pwd)}
 # shellcheck source=slurm/common.sh
 source "$FNVLP_ROOT/slurm/common.sh"
 # shellcheck source=slurm/pipeline.sh
 source "$FNVLP_ROOT/slurm/pipeline.sh"
-# shellcheck source=env/mpi-env.sh
-source "$FNVLP_ROOT/env/mpi-env.sh"
 
 [ -n "${SLURM_JOB_ID:-}" ] || fnvlp_die "submit with sbatch (see the header), or run bash slurm/pipeline.sh submit"
 

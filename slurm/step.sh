@@ -10,16 +10,12 @@
 #SBATCH --job-name=fnvlp-step
 #SBATCH --output=logs/%x-%j.out
 set -euo pipefail
-if [ -z "${FNVLP_ROOT:-}" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
-  # sbatch runs a copy of this script: find the checkout from the submitted command's path.
-  FNVLP_ROOT=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')
-  FNVLP_ROOT=$(cd "$(dirname "$FNVLP_ROOT")/.." && pwd)
-fi
-FNVLP_ROOT=${FNVLP_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+# sbatch runs a spool copy of this script: the checkout is found from the submitted command's path.
+[ -n "${FNVLP_ROOT:-}" ] || [ -z "${SLURM_JOB_ID:-}" ] ||
+  job_cmd=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')
+FNVLP_ROOT=${FNVLP_ROOT:-$(cd "$(dirname "${job_cmd:-${BASH_SOURCE[0]}}")/.." && pwd)}
 # shellcheck source=slurm/common.sh
 source "$FNVLP_ROOT/slurm/common.sh"
-# shellcheck source=env/mpi-env.sh
-source "$FNVLP_ROOT/env/mpi-env.sh"
 
 stage=${1:?usage: slurm/step.sh shard|simstat|report|finetune|eval}
 fnvlp_log_header "step $stage"

@@ -1,6 +1,7 @@
 #include "fnvlp/comm/job_main.hpp"
 
 #include <cxxopts.hpp>
+#include <iostream>
 
 #include "fnvlp/core/blas.hpp"
 #include "fnvlp/core/fault.hpp"
@@ -41,6 +42,22 @@ int job_main(int argc, char** argv, const char* program,
     spdlog::default_logger()->flush();
   }
   return code;
+}
+
+std::optional<cxxopts::ParseResult> parse_cli(cxxopts::Options& cli, int argc, char** argv,
+                                              const Comm& comm,
+                                              const std::vector<std::string>& required) {
+  cli.add_options()("h,help", "show this help");
+  auto args = cli.parse(argc, argv);
+  if (args.count("help")) {
+    if (comm.is_root()) std::cout << cli.help() << "\n";
+    return std::nullopt;
+  }
+  std::string missing;
+  for (const auto& name : required)
+    if (!args.count(name)) missing += (missing.empty() ? "--" : ", --") + name;
+  if (!missing.empty()) throw cxxopts::exceptions::exception("missing required option " + missing);
+  return args;
 }
 
 }  // namespace fnvlp

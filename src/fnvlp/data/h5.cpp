@@ -48,22 +48,24 @@ bool exists(hid_t loc, const std::string& name) {
   return H5_CHECK(H5Lexists(loc, name.c_str(), H5P_DEFAULT), "H5Lexists " << name) > 0;
 }
 
-void write_attr_int(hid_t obj, const std::string& name, int64_t value) {
+namespace {
+// A scalar attribute stored as `file_type` from a value in memory type `mem_type`.
+void write_scalar_attr(hid_t obj, const std::string& name, hid_t file_type, hid_t mem_type,
+                       const void* value) {
   Handle space(H5_CHECK(H5Screate(H5S_SCALAR), name), H5Sclose);
-  Handle attr(
-      H5_CHECK(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT),
-               "attribute " << name),
-      H5Aclose);
-  H5_CHECK(H5Awrite(attr, H5T_NATIVE_INT64, &value), "attribute " << name);
+  Handle attr(H5_CHECK(H5Acreate2(obj, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT),
+                       "attribute " << name),
+              H5Aclose);
+  H5_CHECK(H5Awrite(attr, mem_type, value), "attribute " << name);
+}
+}  // namespace
+
+void write_attr_int(hid_t obj, const std::string& name, int64_t value) {
+  write_scalar_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
 }
 
 void write_attr_double(hid_t obj, const std::string& name, double value) {
-  Handle space(H5_CHECK(H5Screate(H5S_SCALAR), name), H5Sclose);
-  Handle attr(
-      H5_CHECK(H5Acreate2(obj, name.c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT),
-               "attribute " << name),
-      H5Aclose);
-  H5_CHECK(H5Awrite(attr, H5T_NATIVE_DOUBLE, &value), "attribute " << name);
+  write_scalar_attr(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
 }
 
 double read_attr_double(hid_t obj, const std::string& name, const std::string& context) {

@@ -179,33 +179,43 @@ std::optional<json> parse_record(Collector& c, const std::string& text, Span spa
   }
 }
 
-void read_albef(const std::string& text, Collector& c, const std::string& file) {
-  const auto spans = json_array_elements(text, skip_ws(text, 0), file);
+// Calls `f(record, json)` for each element of the JSON array at `begin` that parses; an exception
+// `f` throws rejects that record as malformed, with its message.
+template <class F>
+void for_each_record(const std::string& text, size_t begin, Collector& c, const std::string& file,
+                     F&& f) {
+  const auto spans = json_array_elements(text, begin, file);
   c.result.total_records = static_cast<int64_t>(spans.size());
   for (size_t i = 0; i < spans.size(); ++i) {
     const auto rec = static_cast<int64_t>(i);
-    auto j = parse_record(c, text, spans[i], rec);
+    const std::optional<json> j = parse_record(c, text, spans[i], rec);
     if (!j) continue;
     try {
-      if (!j->is_object()) throw std::invalid_argument("record is not a JSON object");
-      const auto image = j->at("image").get<std::string>();
-      if (image.empty()) throw std::invalid_argument("'image' is empty");
-      const std::string image_id =
-          j->contains("image_id") ? id_string(j->at("image_id")) : stem_of(image);
-      const int32_t label = j->contains("label") ? json_integer<int32_t>(j->at("label")) : -1;
-      const json& cap = j->at("caption");
-      std::vector<std::string> captions;
-      if (cap.is_array()) {
-        for (const auto& x : cap) captions.push_back(x.get<std::string>());
-      } else {
-        captions.push_back(cap.get<std::string>());
-      }
-      if (!c.in_split(image_id)) continue;
-      for (const auto& caption : captions) c.add(rec, image, caption, label);
+      f(rec, *j);
     } catch (const std::exception& e) {
       c.reject(rec, reject_reason::kMalformed, e.what());
     }
   }
+}
+
+void read_albef(const std::string& text, Collector& c, const std::string& file) {
+  for_each_record(text, skip_ws(text, 0), c, file, [&](int64_t rec, const json& j) {
+    if (!j.is_object()) throw std::invalid_argument("record is not a JSON object");
+    const auto image = j.at("image").get<std::string>();
+    if (image.empty()) throw std::invalid_argument("'image' is empty");
+    const std::string image_id =
+        j.contains("image_id") ? id_string(j.at("image_id")) : stem_of(image);
+    const int32_t label = j.contains("label") ? json_integer<int32_t>(j.at("label")) : -1;
+    const json& cap = j.at("caption");
+    std::vector<std::string> captions;
+    if (cap.is_array()) {
+      for (const auto& x : cap) captions.push_back(x.get<std::string>());
+    } else {
+      captions.push_back(cap.get<std::string>());
+    }
+    if (!c.in_split(image_id)) return;
+    for (const auto& caption : captions) c.add(rec, image, caption, label);
+  });
 }
 
 void read_coco(const std::string& text, Collector& c, const std::string& file) {
@@ -229,24 +239,15 @@ void read_coco(const std::string& text, Collector& c, const std::string& file) {
       FNVLP_FAIL(file << ": images[" << i << "] is not a valid COCO image entry: " << e.what());
     }
   }
-  const auto spans = json_array_elements(text, annotations->begin, file);
-  c.result.total_records = static_cast<int64_t>(spans.size());
-  for (size_t i = 0; i < spans.size(); ++i) {
-    const auto rec = static_cast<int64_t>(i);
-    auto j = parse_record(c, text, spans[i], rec);
-    if (!j) continue;
-    try {
-      const int64_t image_id = json_integer<int64_t>(j->at("image_id"));
-      const auto it = file_names.find(image_id);
-      if (it == file_names.end())
-        throw std::invalid_argument("image_id " + std::to_string(image_id) + " is not in 'images'");
-      const auto caption = j->at("caption").get<std::string>();
-      if (!c.in_split(std::to_string(image_id))) continue;
-      c.add(rec, it->second, caption, -1);
-    } catch (const std::exception& e) {
-      c.reject(rec, reject_reason::kMalformed, e.what());
-    }
-  }
+  for_each_record(text, annotations->begin, c, file, [&](int64_t rec, const json& j) {
+    const int64_t image_id = json_integer<int64_t>(j.at("image_id"));
+    const auto it = file_names.find(image_id);
+    if (it == file_names.end())
+      throw std::invalid_argument("image_id " + std::to_string(image_id) + " is not in 'images'");
+    const auto caption = j.at("caption").get<std::string>();
+    if (!c.in_split(std::to_string(image_id))) return;
+    c.add(rec, it->second, caption, -1);
+  });
 }
 
 // Flickr8k/30k token files: "<image file>#<n>\t<caption>" per line.

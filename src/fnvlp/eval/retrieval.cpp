@@ -72,6 +72,15 @@ int64_t reranked_rank(const std::vector<int64_t>& candidates, const std::vector<
   return rank;
 }
 
+namespace {
+// Column t of the row-major num_images x num_texts similarity matrix: caption t vs every image.
+void copy_column(const std::vector<float>& sim, int64_t num_images, int64_t num_texts, int64_t t,
+                 std::vector<float>& column) {
+  for (int64_t i = 0; i < num_images; ++i)
+    column[static_cast<size_t>(i)] = sim[static_cast<size_t>(i * num_texts + t)];
+}
+}  // namespace
+
 RetrievalMetrics retrieval_metrics(const std::vector<float>& sim, int64_t num_images,
                                    const std::vector<int64_t>& text_image) {
   const auto num_texts = static_cast<int64_t>(text_image.size());
@@ -90,8 +99,7 @@ RetrievalMetrics retrieval_metrics(const std::vector<float>& sim, int64_t num_im
   // Image retrieval: rank of the caption's image among all images (one column of sim).
   std::vector<float> column(static_cast<size_t>(num_images));
   for (int64_t t = 0; t < num_texts; ++t) {
-    for (int64_t i = 0; i < num_images; ++i)
-      column[static_cast<size_t>(i)] = sim[static_cast<size_t>(i * num_texts + t)];
+    copy_column(sim, num_images, num_texts, t, column);
     const int64_t gt = text_image[static_cast<size_t>(t)];
     img.add(positive_rank(column.data(), num_images, [&](int64_t i) { return i == gt; }));
   }
@@ -113,8 +121,7 @@ RetrievalMetrics reranked_metrics(const std::vector<float>& sim, int64_t num_ima
   }
   std::vector<float> column(static_cast<size_t>(num_images));
   for (int64_t t = 0; t < num_texts; ++t) {
-    for (int64_t i = 0; i < num_images; ++i)
-      column[static_cast<size_t>(i)] = sim[static_cast<size_t>(i * num_texts + t)];
+    copy_column(sim, num_images, num_texts, t, column);
     const int64_t gt = text_image[static_cast<size_t>(t)];
     const auto cand = top_k(column.data(), num_images, k_test);
     img.add(reranked_rank(cand, t2i(t, cand), num_images, [&](int64_t i) { return i == gt; }));

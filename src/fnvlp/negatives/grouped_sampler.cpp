@@ -41,25 +41,6 @@ json stats_json(const ValueStats& s) {
 
 }  // namespace
 
-QSchedule parse_q_schedule(const std::string& name) {
-  if (name == "fixed") return QSchedule::kFixed;
-  if (name == "hardening") return QSchedule::kHardening;
-  if (name == "softening") return QSchedule::kSoftening;
-  FNVLP_FAIL("unknown q schedule '" << name << "' (expected fixed, hardening or softening)");
-}
-
-std::string to_string(QSchedule schedule) {
-  switch (schedule) {
-    case QSchedule::kFixed:
-      return "fixed";
-    case QSchedule::kHardening:
-      return "hardening";
-    case QSchedule::kSoftening:
-      return "softening";
-  }
-  return "?";
-}
-
 void GroupedConfig::validate(int64_t batch_size) const {
   FNVLP_CHECK(search_space >= batch_size, "grouped sampler: search space |M| = "
                                               << search_space << " is smaller than the batch size "

@@ -48,10 +48,6 @@
 
 namespace fnvlp::negatives {
 
-// "fixed" | "hardening" | "softening"; throws fnvlp::Error naming the value otherwise.
-QSchedule parse_q_schedule(const std::string& name);
-std::string to_string(QSchedule schedule);
-
 struct GroupedConfig {
   int64_t search_space = 1920;  // |M| (GRIT-VLP 1920; FALCON 2400 / 5664 / 28320)
   QSchedule schedule = QSchedule::kFixed;

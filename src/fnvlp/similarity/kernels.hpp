@@ -37,6 +37,16 @@ struct Selection {
   int64_t ge;
 };
 
+// Swaps entries i and j of `a` and of `flag` alongside (std::swap is not a device function).
+KOKKOS_INLINE_FUNCTION void swap_entries(float* a, uint8_t* flag, int64_t i, int64_t j) {
+  const float t = a[i];
+  a[i] = a[j];
+  a[j] = t;
+  const uint8_t f = flag[i];
+  flag[i] = flag[j];
+  flag[j] = f;
+}
+
 // In-place quickselect of the k-th largest (1-based) with a three-way partition, so runs of ties
 // cost one pass. `flag` is permuted alongside `a`. Deterministic (median-of-three pivot).
 KOKKOS_INLINE_FUNCTION Selection select_kth_largest(float* a, uint8_t* flag, int64_t n, int64_t k) {
@@ -48,22 +58,9 @@ KOKKOS_INLINE_FUNCTION Selection select_kth_largest(float* a, uint8_t* flag, int
     int64_t lt = l, i = l, gt = r;
     while (i < gt) {
       if (a[i] > p) {
-        const float t = a[i];
-        a[i] = a[lt];
-        a[lt] = t;
-        const uint8_t f = flag[i];
-        flag[i] = flag[lt];
-        flag[lt] = f;
-        ++lt;
-        ++i;
+        swap_entries(a, flag, i++, lt++);
       } else if (a[i] < p) {
-        --gt;
-        const float t = a[i];
-        a[i] = a[gt];
-        a[gt] = t;
-        const uint8_t f = flag[i];
-        flag[i] = flag[gt];
-        flag[gt] = f;
+        swap_entries(a, flag, i, --gt);
       } else {
         ++i;
       }

@@ -21,23 +21,23 @@ void BatchSource::set_prepare(Prepare prepare) {
   prefetch_->set_prepare([this](data::Batch& b, int64_t i) { prepare_(b, first_step_ + i); });
 }
 
-void BatchSource::start_epoch(int64_t epoch, int64_t first_step) {
+void BatchSource::restart(int64_t first_step) {
   epoch_start_ = std::chrono::steady_clock::now();
   wait_epoch_ = 0;
   halt();  // the reading thread reads first_step_: write it while none runs
   first_step_ = first_step;
   served_ = 0;
+}
+
+void BatchSource::start_epoch(int64_t epoch, int64_t first_step) {
+  restart(first_step);
   if (prefetch_) return prefetch_->start_epoch(epoch);
   sampler_.start_epoch(epoch);
   state_ = sampler_.state();
 }
 
 void BatchSource::resume(const nlohmann::json& state, int64_t first_step) {
-  epoch_start_ = std::chrono::steady_clock::now();
-  wait_epoch_ = 0;
-  halt();  // the reading thread reads first_step_: write it while none runs
-  first_step_ = first_step;
-  served_ = 0;
+  restart(first_step);
   if (prefetch_) return prefetch_->resume(state);
   sampler_.load_state(state);
   state_ = sampler_.state();

@@ -38,6 +38,7 @@ class BatchSource {
   double wait_fraction() const;  // of the wall time since the epoch started (synchronous)
 
  private:
+  void restart(int64_t first_step);  // stops the reader, resets the epoch's counters
   const data::PairDataset& dataset_;
   data::Sampler& sampler_;
   std::unique_ptr<data::Prefetcher> prefetch_;

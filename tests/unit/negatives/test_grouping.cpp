@@ -11,6 +11,7 @@
 #include <set>
 
 #include "../data/dataset_fixture.hpp"
+#include "fnvlp/core/config.hpp"
 #include "fnvlp/core/error.hpp"
 #include "fnvlp/data/dataset.hpp"
 #include "fnvlp/data/prefetch.hpp"
@@ -400,7 +401,7 @@ TEST(GroupedSampler, StateLoadStateMidEpochGivesTheIdenticalRemainingBatches) {
 
 TEST(GroupedSampler, QSchedulesAndTelemetry) {
   GroupedConfig h = grit(12);
-  h.schedule = parse_q_schedule("hardening");
+  h.schedule = fnvlp::config::enum_from_name<QSchedule>("hardening", "sampler.grit.schedule");
   h.q_start = 0.0;
   h.q_end = 1.0;
   h.epochs = 5;  // grouped epochs 1..4
@@ -415,7 +416,8 @@ TEST(GroupedSampler, QSchedulesAndTelemetry) {
   s.validate(4);
   EXPECT_DOUBLE_EQ(s.q_at(1), 1.0);
   EXPECT_DOUBLE_EQ(s.q_at(3), 1.0 / 3.0);
-  EXPECT_THROW(parse_q_schedule("cosine"), fnvlp::Error);
+  EXPECT_THROW(fnvlp::config::enum_from_name<QSchedule>("cosine", "sampler.grit.schedule"),
+               fnvlp::Error);
   GroupedConfig bad = grit(12, 1.2);
   EXPECT_THROW(bad.validate(4), fnvlp::Error);
 
