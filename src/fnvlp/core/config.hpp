@@ -1,14 +1,16 @@
 #pragma once
-// Typed configuration ("config as code"): a config is a plain struct that lists its fields once,
+// Typed configuration ("config as code"): a config is a plain struct that lists its fields once
+// (core/config_fields.hpp),
 //
 //   struct OptimConfig {
-//     double lr = 1e-4;
-//     int64_t warmup_steps = 0;
-//     template <class V> void fields(V& v) { v("lr", lr); v("warmup_steps", warmup_steps); }
+//     FNVLP_CONFIG_FIELDS(
+//         (double, lr, 1e-4),
+//         (int64_t, warmup_steps, 0))
 //   };
 //
-// and the same list drives YAML loading (with type errors and unknown keys reported by their
-// dotted path), `--set a.b=value` overrides and the dump of the resolved config.
+// and that list drives YAML loading (with type errors and unknown keys reported by their dotted
+// path), `--set a.b=value` overrides and the dump of the resolved config. A hand-written
+// `template <class V> void fields(V& v)` works the same (a section that extends another).
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "fnvlp/core/config_fields.hpp"
 #include "fnvlp/core/error.hpp"
 
 namespace fnvlp::config {

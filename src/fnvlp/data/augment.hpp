@@ -16,37 +16,28 @@
 
 #include <cstdint>
 
+#include "fnvlp/core/config_fields.hpp"
+
 namespace fnvlp::data {
 
 struct AugmentConfig {
-  bool random_resized_crop = true;
-  double crop_scale_min = 0.5;  // fraction of the image area (ALBEF pretraining: 0.5 .. 1.0)
-  double crop_scale_max = 1.0;
-  double crop_ratio_min = 3.0 / 4.0;  // aspect ratio w/h
-  double crop_ratio_max = 4.0 / 3.0;
-  bool horizontal_flip = true;
-  double flip_prob = 0.5;
-  // Factors drawn uniformly from [max(0, 1 - a), 1 + a] per image, applied in this fixed order
-  // (torchvision draws a random order), each clamped to the valid range; 0 turns one off.
-  bool color_jitter = false;
-  double brightness = 0.4;
-  double contrast = 0.4;
-  double saturation = 0.4;
-
-  template <class V>
-  void fields(V& v) {
-    v("random_resized_crop", random_resized_crop);
-    v("crop_scale_min", crop_scale_min);
-    v("crop_scale_max", crop_scale_max);
-    v("crop_ratio_min", crop_ratio_min);
-    v("crop_ratio_max", crop_ratio_max);
-    v("horizontal_flip", horizontal_flip);
-    v("flip_prob", flip_prob);
-    v("color_jitter", color_jitter);
-    v("brightness", brightness);
-    v("contrast", contrast);
-    v("saturation", saturation);
-  }
+  // clang-format off
+  FNVLP_CONFIG_FIELDS(
+      (bool, random_resized_crop, true),
+      // fraction of the image area (ALBEF pretraining: 0.5 .. 1.0)
+      (double, crop_scale_min, 0.5),
+      (double, crop_scale_max, 1.0),
+      (double, crop_ratio_min, 3.0 / 4.0),  // aspect ratio w/h
+      (double, crop_ratio_max, 4.0 / 3.0),
+      (bool, horizontal_flip, true),
+      (double, flip_prob, 0.5),
+      // Factors drawn uniformly from [max(0, 1 - a), 1 + a] per image, applied in this fixed order
+      // (torchvision draws a random order), each clamped to the valid range; 0 turns one off.
+      (bool, color_jitter, false),
+      (double, brightness, 0.4),
+      (double, contrast, 0.4),
+      (double, saturation, 0.4))
+  // clang-format on
   void validate() const;  // throws naming the offending key
 };
 

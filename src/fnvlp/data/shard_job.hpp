@@ -4,40 +4,28 @@
 #include <string>
 
 #include "fnvlp/comm/comm.hpp"
+#include "fnvlp/core/config_fields.hpp"
 
 namespace fnvlp::data {
 
 struct ShardJobOptions {
-  std::string input;
-  std::string format = "albef";
-  std::string image_root;
-  std::string vocab;
-  std::string out;
-  std::string split_file;
-  std::string split;
-  int64_t image_size = 128;
-  int64_t max_len = 30;
-  int64_t shard_size = 4096;
-  double max_reject_fraction = 0.01;
-  int64_t image_chunk = 8;
-  int64_t threads = 1;  // helper threads per rank for decoding and checksums
-
-  template <class V>
-  void fields(V& v) {
-    v("input", input);
-    v("format", format);
-    v("image_root", image_root);
-    v("vocab", vocab);
-    v("out", out);
-    v("split_file", split_file);
-    v("split", split);
-    v("image_size", image_size);
-    v("max_len", max_len);
-    v("shard_size", shard_size);
-    v("max_reject_fraction", max_reject_fraction);
-    v("image_chunk", image_chunk);
-    v("threads", threads);
-  }
+  // clang-format off
+  FNVLP_CONFIG_FIELDS(
+      (std::string, input, ),
+      (std::string, format, "albef"),
+      (std::string, image_root, ),
+      (std::string, vocab, ),
+      (std::string, out, ),
+      (std::string, split_file, ),
+      (std::string, split, ),
+      (int64_t, image_size, 128),
+      (int64_t, max_len, 30),
+      (int64_t, shard_size, 4096),
+      (double, max_reject_fraction, 0.01),
+      (int64_t, image_chunk, 8),
+      // helper threads per rank for decoding and checksums
+      (int64_t, threads, 1))
+  // clang-format on
 };
 
 struct ShardJobResult {

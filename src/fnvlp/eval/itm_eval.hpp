@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "fnvlp/comm/comm.hpp"
+#include "fnvlp/core/config_fields.hpp"
 #include "fnvlp/eval/retrieval.hpp"
 
 namespace fnvlp::data {
@@ -33,13 +34,13 @@ class AlbefImpl;
 namespace fnvlp::eval {
 
 struct RetrievalEvalConfig {
-  int64_t k_test = 128;     // ITM re-ranked candidates per query (ALBEF: 256 COCO, 128 Flickr)
-  int64_t batch_size = 64;  // encoding chunk (fixed global grid: part of the result's definition)
-  template <class V>
-  void fields(V& v) {
-    v("k_test", k_test);
-    v("batch_size", batch_size);
-  }
+  // clang-format off
+  FNVLP_CONFIG_FIELDS(
+      // ITM re-ranked candidates per query (ALBEF: 256 COCO, 128 Flickr)
+      (int64_t, k_test, 128),
+      // encoding chunk (fixed global grid: part of the result's definition)
+      (int64_t, batch_size, 64))
+  // clang-format on
   void validate() const;
 };
 

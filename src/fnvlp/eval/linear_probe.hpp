@@ -9,20 +9,20 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "fnvlp/core/config_fields.hpp"
+
 namespace fnvlp::eval {
 
 struct ProbeConfig {
-  double weight_decay = 1e-3;
-  int64_t max_iter = 300;  // L-BFGS iterations (strong-Wolfe line search)
-  // Without a separate training set, images (not pairs: captions of one image must not straddle
-  // the split) with mix64(image_id) % test_modulus == 0 form the test split.
-  int64_t test_modulus = 5;
-  template <class V>
-  void fields(V& v) {
-    v("weight_decay", weight_decay);
-    v("max_iter", max_iter);
-    v("test_modulus", test_modulus);
-  }
+  // clang-format off
+  FNVLP_CONFIG_FIELDS(
+      (double, weight_decay, 1e-3),
+      // L-BFGS iterations (strong-Wolfe line search)
+      (int64_t, max_iter, 300),
+      // Without a separate training set, images (not pairs: captions of one image must not straddle
+      // the split) with mix64(image_id) % test_modulus == 0 form the test split.
+      (int64_t, test_modulus, 5))
+  // clang-format on
 };
 
 struct ProbeResult {

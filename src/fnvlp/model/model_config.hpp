@@ -3,55 +3,40 @@
 // so that configs, mains and tests that only read YAML do not pay the libtorch compile cost.
 #include <cstdint>
 
+#include "fnvlp/core/config_fields.hpp"
 #include "fnvlp/core/error.hpp"
 
 namespace fnvlp::model {
 
 struct ModelConfig {
-  // Image encoder: ViT (Dosovitskiy et al. 2021) as ALBEF's models/vit.py, pre-norm blocks.
-  int64_t image_size = 64;
-  int64_t patch_size = 8;
-  int64_t vision_width = 128;
-  int64_t vision_layers = 2;
-  int64_t vision_heads = 4;
-  // Text and fusion encoders: BERT post-norm layers. ALBEF splits one 12-layer BERT into the first
-  // 6 text-only layers and the last 6 layers with cross-attention to the image (fusion).
-  int64_t text_width = 128;
-  int64_t text_layers = 2;
-  int64_t fusion_layers = 1;
-  int64_t text_heads = 4;
-  int64_t mlp_ratio = 4;       // FFN width = mlp_ratio * width (ViT and BERT both use 4)
-  int64_t vocab_size = 30522;  // bert-base-uncased
-  int64_t max_len = 30;        // number of learned text positions (ALBEF truncates captions to 30)
-  int64_t embed_dim = 128;     // ITC projection width (ALBEF: 256)
-  // BERT's hidden and attention-probability dropout (text and fusion encoders). The ViT has none,
-  // as in ALBEF (drop_rate = drop_path_rate = 0 there).
-  double dropout = 0.0;
-  // Learnable ITC temperature: initial value and the clamp ALBEF applies (model_pretrain.py).
-  double temp = 0.07;
-  double temp_min = 0.001;
-  double temp_max = 0.5;
-
-  template <class V>
-  void fields(V& v) {
-    v("image_size", image_size);
-    v("patch_size", patch_size);
-    v("vision_width", vision_width);
-    v("vision_layers", vision_layers);
-    v("vision_heads", vision_heads);
-    v("text_width", text_width);
-    v("text_layers", text_layers);
-    v("fusion_layers", fusion_layers);
-    v("text_heads", text_heads);
-    v("mlp_ratio", mlp_ratio);
-    v("vocab_size", vocab_size);
-    v("max_len", max_len);
-    v("embed_dim", embed_dim);
-    v("dropout", dropout);
-    v("temp", temp);
-    v("temp_min", temp_min);
-    v("temp_max", temp_max);
-  }
+  // clang-format off
+  FNVLP_CONFIG_FIELDS(
+      // Image encoder: ViT (Dosovitskiy et al. 2021) as ALBEF's models/vit.py, pre-norm blocks.
+      (int64_t, image_size, 64),
+      (int64_t, patch_size, 8),
+      (int64_t, vision_width, 128),
+      (int64_t, vision_layers, 2),
+      (int64_t, vision_heads, 4),
+      // Text and fusion encoders: BERT post-norm layers. ALBEF splits one 12-layer BERT into the
+      // first 6 text-only layers and the last 6 layers with cross-attention to the image (fusion).
+      (int64_t, text_width, 128),
+      (int64_t, text_layers, 2),
+      (int64_t, fusion_layers, 1),
+      (int64_t, text_heads, 4),
+      // FFN width = mlp_ratio * width (ViT and BERT both use 4)
+      (int64_t, mlp_ratio, 4),
+      (int64_t, vocab_size, 30522),  // bert-base-uncased
+      // number of learned text positions (ALBEF truncates captions to 30)
+      (int64_t, max_len, 30),
+      (int64_t, embed_dim, 128),  // ITC projection width (ALBEF: 256)
+      // BERT's hidden and attention-probability dropout (text and fusion encoders). The ViT has
+      // none, as in ALBEF (drop_rate = drop_path_rate = 0 there).
+      (double, dropout, 0.0),
+      // Learnable ITC temperature: initial value and the clamp ALBEF applies (model_pretrain.py).
+      (double, temp, 0.07),
+      (double, temp_min, 0.001),
+      (double, temp_max, 0.5))
+  // clang-format on
 
   int64_t num_patches() const { return (image_size / patch_size) * (image_size / patch_size); }
 

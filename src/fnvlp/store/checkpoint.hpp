@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "fnvlp/comm/comm.hpp"
+#include "fnvlp/core/config_fields.hpp"
 #include "fnvlp/store/run_dir.hpp"
 
 // Declared here so that users of the manager alone do not compile torch's headers.
@@ -57,17 +58,15 @@ inline constexpr const char* kCommittedMarker = "COMMITTED";
 inline constexpr int kCheckpointFormat = 1;  // "fnvlp_checkpoint" in the marker
 
 struct CheckpointConfig {
-  int64_t every_steps = 1000;    // the trainer saves every N steps (0: only on stop and at the end)
-  int64_t keep_last = 2;         // committed checkpoints kept; older ones go after a new commit
-  bool verify_on_load = true;    // sha256 of every file before a checkpoint is used
-  double save_timeout_s = 3600;  // watchdog limit while a save runs (Watchdog::long_phase)
-  template <class V>
-  void fields(V& v) {
-    v("every_steps", every_steps);
-    v("keep_last", keep_last);
-    v("verify_on_load", verify_on_load);
-    v("save_timeout_s", save_timeout_s);
-  }
+  // clang-format off
+  FNVLP_CONFIG_FIELDS(
+      // the trainer saves every N steps (0: only on stop and at the end)
+      (int64_t, every_steps, 1000),
+      // committed checkpoints kept; older ones go after a new commit
+      (int64_t, keep_last, 2),
+      (bool, verify_on_load, true),  // sha256 of every file before a checkpoint is used
+      (double, save_timeout_s, 3600))  // watchdog limit while a save runs (Watchdog::long_phase)
+  // clang-format on
 };
 
 struct CheckpointInfo {

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "fnvlp/comm/comm.hpp"
+#include "fnvlp/core/config_fields.hpp"
 
 namespace fnvlp::train {
 
@@ -19,11 +20,10 @@ namespace fnvlp::train {
 inline constexpr int kExitWatchdog = 4;
 
 struct WatchdogConfig {
-  double timeout_s = 600;  // no beat for this long aborts the job; <= 0 disables the watchdog
-  template <class V>
-  void fields(V& v) {
-    v("timeout_s", timeout_s);
-  }
+  // clang-format off
+  FNVLP_CONFIG_FIELDS(
+      (double, timeout_s, 600))  // no beat for this long aborts the job; <= 0 disables the watchdog
+  // clang-format on
 };
 
 // A thread that aborts the job when the main thread has not called beat() for `timeout_s`. The
@@ -99,11 +99,11 @@ class Watchdog {
 // --- non-finite loss guard ----------------------------------------------------------------------
 
 struct NonFiniteConfig {
-  int64_t max_consecutive = 10;  // this many skipped steps in a row end the run
-  template <class V>
-  void fields(V& v) {
-    v("max_consecutive", max_consecutive);
-  }
+  // clang-format off
+  FNVLP_CONFIG_FIELDS(
+      // this many skipped steps in a row end the run
+      (int64_t, max_consecutive, 10))
+  // clang-format on
 };
 
 // Collective: true on every rank when every rank's loss is finite. When false, every rank skips

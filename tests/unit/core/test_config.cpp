@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "fnvlp/core/config.hpp"
 
@@ -177,4 +179,62 @@ TEST(Config, LayeredFilesMergeSectionsKeyByKey) {
   EXPECT_EQ(c.kind, Kind::kBeta);
   EXPECT_DOUBLE_EQ(c.optim.lr, 0.03);
   EXPECT_EQ(c.optim.warmup_steps, 5) << "the overlay replaced the whole optim section";
+}
+
+namespace {
+
+FNVLP_CONFIG_ENUM(Mode, (kFast, "fast"), (kSlow, "slow"))
+
+// The one-list form (core/config_fields.hpp): members, defaults and keys in one place.
+struct ListedConfig {
+  int64_t not_a_key = 7;  // declared outside the list: never read, written or checked
+  // clang-format off
+  FNVLP_CONFIG_FIELDS(
+      (double, lr, 1e-4),
+      (int64_t, steps, 10),
+      (double, fraction, 0.5),
+      (std::string, name, ),
+      (Mode, mode, Mode::kSlow),
+      (OptimConfig, optim, ))
+  // clang-format on
+};
+
+struct KeyCollector {
+  std::vector<std::string> keys;
+  template <class T>
+  void operator()(const char* key, T&) {
+    keys.emplace_back(key);
+  }
+};
+
+}  // namespace
+
+TEST(ConfigFields, OneListDeclaresMembersWithDefaultsAndVisitsThemInOrder) {
+  ListedConfig c;
+  EXPECT_DOUBLE_EQ(c.lr, 1e-4);
+  EXPECT_EQ(c.steps, 10);
+  EXPECT_EQ(c.name, "");
+  EXPECT_EQ(c.mode, Mode::kSlow);
+  EXPECT_EQ(c.optim.warmup_steps, 100);  // a nested section keeps its own defaults
+  KeyCollector k;
+  c.fields(k);
+  EXPECT_EQ(k.keys, (std::vector<std::string>{"lr", "steps", "fraction", "name", "mode", "optim"}));
+  const YAML::Node dumped = fnvlp::config::to_yaml(c);
+  EXPECT_EQ(dumped["mode"].as<std::string>(), "slow");
+  EXPECT_FALSE(dumped["not_a_key"]);
+  const auto loaded = fnvlp::config::load_typed<ListedConfig>(
+      "", {"lr=0.5", "steps=3", "name=x", "mode=fast", "optim.lr=2"});
+  EXPECT_DOUBLE_EQ(loaded.lr, 0.5);
+  EXPECT_EQ(loaded.steps, 3);
+  EXPECT_EQ(loaded.name, "x");
+  EXPECT_EQ(loaded.mode, Mode::kFast);
+  EXPECT_DOUBLE_EQ(loaded.optim.lr, 2.0);
+}
+
+TEST(ConfigFields, EnumListNamesEachEnumeratorOnce) {
+  EXPECT_EQ(enum_names(Mode{}).size(), 2u);
+  EXPECT_STREQ(fnvlp::config::enum_to_name(Mode::kFast), "fast");
+  EXPECT_EQ(fnvlp::config::enum_from_name<Mode>("slow", "mode"), Mode::kSlow);
+  const auto msg = error_of([] { fnvlp::config::enum_from_name<Mode>("medium", "mode"); });
+  EXPECT_NE(msg.find("(expected fast | slow)"), std::string::npos) << msg;
 }
