@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
         const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm, {"data", "out"});
         if (!parsed) return 0;
         const auto cfg =
-            fnvlp::config::load_typed<fnvlp::finetune::FinetuneConfig>(config_paths, overrides);
+            fnvlp::load_job_config<fnvlp::finetune::FinetuneConfig>(comm, config_paths, overrides);
         return fnvlp::finetune::run_finetuning(comm, cfg, opt);
       });
 }

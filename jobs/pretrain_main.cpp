@@ -28,8 +28,8 @@ int main(int argc, char** argv) {
         const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm, {"data", "out"});
         if (!parsed) return 0;
         std::vector<std::string> notes;
-        const auto cfg = fnvlp::config::load_typed<fnvlp::train::PretrainConfig>(config_paths,
-                                                                                 overrides, &notes);
+        const auto cfg = fnvlp::load_job_config<fnvlp::train::PretrainConfig>(comm, config_paths,
+                                                                              overrides, &notes);
         if (comm.is_root())
           for (const auto& n : notes) std::cerr << "fnvlp-pretrain: " << n << "\n";
         opt.config_yaml = fnvlp::config::dump(fnvlp::config::to_yaml(cfg));

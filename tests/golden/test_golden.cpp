@@ -122,10 +122,10 @@ class GoldenFile {
 // Reads ModelConfig's fields from /config's "model.*" attributes (every field must be there).
 struct ConfigReader {
   const GoldenFile& f;
-  void operator()(const char* key, int64_t& v) {
+  void operator()(const char* key, int64_t& v, const config::Bounds& = {}) {
     v = f.attr_int("config", std::string("model.") + key);
   }
-  void operator()(const char* key, double& v) {
+  void operator()(const char* key, double& v, const config::Bounds& = {}) {
     v = f.attr_double("config", std::string("model.") + key);
   }
 };

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "fnvlp/comm/comm.hpp"
+#include "fnvlp/comm/job_main.hpp"
 #include "fnvlp/comm/native.hpp"  // raw MPI only here, where Comm itself is tested
 
 using fnvlp::Comm;
@@ -114,6 +115,39 @@ TEST(Comm, OneRanksFailureReachesEveryRankWithoutHanging) {
   EXPECT_FALSE(comm.all_ok(comm.rank() != 0));
   // The communicator is still usable after the failure.
   EXPECT_EQ(comm.allreduce_sum<int32_t>(1), comm.size());
+}
+
+struct TinyConfig {
+  // clang-format off
+  FNVLP_CONFIG_FIELDS((int64_t, log_every, 10, fnvlp::config::at_least(1)))
+  // clang-format on
+};
+
+TEST(JobMain, ConfigErrorsAreOneUsageErrorOnEveryRank) {
+  Comm comm;
+  EXPECT_EQ(fnvlp::load_job_config<TinyConfig>(comm, {}, {"log_every=3"}).log_every, 3);
+  try {
+    fnvlp::load_job_config<TinyConfig>(comm, {}, {"log_every=0"});
+    FAIL() << "no error on rank " << comm.rank();
+  } catch (const fnvlp::UsageError& e) {
+    const std::string what = e.what();  // the same error on every rank: said once, no rank prefix
+    EXPECT_NE(what.find("'log_every' = 0 is outside [1, inf)"), std::string::npos) << what;
+    EXPECT_EQ(what.find("rank "), std::string::npos) << what;
+  }
+}
+
+TEST(JobMain, AgreeOnErrorNamesTheFailingRanks) {
+  Comm comm;
+  EXPECT_EQ(fnvlp::agree_on_error(comm, ""), "");
+  EXPECT_EQ(fnvlp::agree_on_error(comm, "same everywhere"), "same everywhere");
+  const int bad = comm.size() - 1;
+  const std::string one = fnvlp::agree_on_error(comm, comm.rank() == bad ? "only here" : "");
+  EXPECT_EQ(one, comm.size() == 1 ? "only here" : "rank " + std::to_string(bad) + ": only here");
+  if (comm.size() > 1) {  // different errors: each, with its rank
+    const std::string each = fnvlp::agree_on_error(comm, "error " + std::to_string(comm.rank()));
+    EXPECT_NE(each.find("rank 0: error 0"), std::string::npos) << each;
+    EXPECT_NE(each.find("rank 1: error 1"), std::string::npos) << each;
+  }
 }
 
 }  // namespace

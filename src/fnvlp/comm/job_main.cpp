@@ -30,6 +30,9 @@ int job_main(int argc, char** argv, const char* program,
       // Every rank parses the same argv, so every rank lands here: no abort needed.
       if (comm.is_root()) spdlog::error("{}: {} (see --help)", program, e.what());
       code = kExitUsage;
+    } catch (const UsageError& e) {
+      if (comm.is_root()) spdlog::error("{}: {}", program, e.what());
+      code = kExitUsage;
     } catch (const CollectiveError& e) {
       // Every rank holds the same message: say it once, exit cleanly everywhere.
       if (comm.is_root()) spdlog::error("{} failed: {}", program, e.what());
@@ -42,6 +45,18 @@ int job_main(int argc, char** argv, const char* program,
     spdlog::default_logger()->flush();
   }
   return code;
+}
+
+std::string agree_on_error(const Comm& comm, const std::string& local_error) {
+  const std::vector<std::string> errors = comm.allgather_strings(local_error);
+  std::string all;
+  bool same_everywhere = true;
+  for (size_t r = 0; r < errors.size(); ++r) {
+    same_everywhere = same_everywhere && errors[r] == errors[0];
+    if (!errors[r].empty())
+      all += (all.empty() ? "" : "\n") + ("rank " + std::to_string(r) + ": " + errors[r]);
+  }
+  return same_everywhere ? errors[0] : all;
 }
 
 std::optional<cxxopts::ParseResult> parse_cli(cxxopts::Options& cli, int argc, char** argv,

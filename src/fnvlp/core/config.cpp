@@ -1,6 +1,7 @@
 #include "fnvlp/core/config.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -144,6 +145,22 @@ void Reader::finish() const {
     for (const auto& u : unknown) list += (list.empty() ? "" : ", ") + u;
     FNVLP_FAIL("config: unknown key(s) " << list << " (known at this level: " << known << ")");
   }
+}
+
+std::string describe(const Bounds& b) {
+  std::ostringstream o;
+  auto bound = [&](double v) {
+    if (std::isinf(v))
+      o << (v < 0 ? "-inf" : "inf");
+    else
+      o << v;
+  };
+  o << (b.lo_open || std::isinf(b.lo) ? "(" : "[");
+  bound(b.lo);
+  o << ", ";
+  bound(b.hi);
+  o << (b.hi_open || std::isinf(b.hi) ? ")" : "]");
+  return o.str();
 }
 
 std::string dump(const YAML::Node& node) {

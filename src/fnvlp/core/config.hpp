@@ -71,6 +71,43 @@ struct RenamedKey {
 void apply_renames(YAML::Node& root, const std::vector<RenamedKey>& renames,
                    std::vector<std::string>* notes = nullptr);
 
+std::string describe(const Bounds& b);  // "[1, inf)", "(0, 1)"
+
+// A numeric value outside `bounds` is an error naming the key, the value and the range.
+template <typename T>
+void check_bounds(const std::string& path, const T& value, const Bounds& bounds) {
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    FNVLP_CHECK(bounds.contains(static_cast<double>(value)),
+                "config: '" << path << "' = " << value << " is outside " << describe(bounds));
+  }
+}
+
+// Checks every bounded field of a config built in code (tests, fine-tuning's derived config)
+// as loading checks a file's: `check(cfg)` throws naming the first field out of range.
+class Checker {
+ public:
+  explicit Checker(std::string path) : path_(std::move(path)) {}
+  template <typename T>
+  void operator()(const char* key, const T& value, const Bounds& bounds = {}) {
+    const std::string path = path_.empty() ? key : path_ + "." + key;
+    if constexpr (detail::has_fields<T>::value) {
+      Checker sub(path);
+      const_cast<T&>(value).fields(sub);
+    } else {
+      check_bounds(path, value, bounds);
+    }
+  }
+
+ private:
+  std::string path_;
+};
+
+template <typename T>
+void check(const T& cfg) {
+  Checker c("");
+  const_cast<T&>(cfg).fields(c);
+}
+
 class Reader {
  public:
   Reader(const YAML::Node& node, std::string path) : node_(node), path_(std::move(path)) {
@@ -79,11 +116,21 @@ class Reader {
   }
 
   template <typename T>
-  void operator()(const char* key, T& out) {
+  void operator()(const char* key, T& out, const Bounds& bounds = {}) {
     used_.emplace_back(key);
     if (!node_ || !node_.IsMap() || !node_[key]) return;  // absent: keep the default
     const YAML::Node value = node_[key];
     const std::string path = path_.empty() ? key : path_ + "." + key;
+    read(value, path, out);
+    check_bounds(path, out, bounds);
+  }
+
+  // Unknown keys are errors: a typo in a config must not silently run the default.
+  void finish() const;
+
+ private:
+  template <typename T>
+  void read(const YAML::Node& value, const std::string& path, T& out) {
     if constexpr (detail::has_fields<T>::value) {
       Reader sub(value, path);
       out.fields(sub);
@@ -106,11 +153,6 @@ class Reader {
       }
     }
   }
-
-  // Unknown keys are errors: a typo in a config must not silently run the default.
-  void finish() const;
-
- private:
   template <typename T>
   static const char* type_name() {
     if constexpr (std::is_same_v<T, bool>)
@@ -135,7 +177,7 @@ class Writer {
  public:
   explicit Writer(YAML::Node& node) : node_(node) {}
   template <typename T>
-  void operator()(const char* key, const T& value) {
+  void operator()(const char* key, const T& value, const Bounds& = {}) {
     if constexpr (detail::has_fields<T>::value) {
       YAML::Node sub(YAML::NodeType::Map);
       Writer w(sub);
@@ -187,6 +229,7 @@ T load_typed(const std::vector<std::string>& paths, const std::vector<std::strin
   const YAML::Node root = load_layers(paths, overrides, renames, notes);
   T cfg;
   from_yaml(root, cfg);
+  check(cfg);  // the defaults too
   return cfg;
 }
 template <typename T>

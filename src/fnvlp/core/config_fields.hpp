@@ -1,18 +1,19 @@
 #pragma once
-// A config section lists each field once, as (type, name, default):
+// A config section lists each field once, as (type, name, default[, bounds]):
 //
 //   struct OptimConfig {
 //     FNVLP_CONFIG_FIELDS(
-//         (double, lr, 1e-4),  // peak learning rate
-//         (int64_t, warmup_steps, 100),
+//         (double, lr, 1e-4, config::above(0)),  // peak learning rate
+//         (int64_t, warmup_steps, 100, config::at_least(0)),
 //         (std::string, note, ))  // an empty default value-initializes
 //   };
 //
 // declares the members `type name{default};` in that order and the visitor
-// `template <class V> void fields(V& v)` that calls v("name", name) for each, which drives YAML
-// loading, --set overrides and the dump of the resolved config (core/config.hpp). The key is the
-// member's name. Members that are not config keys are declared outside the list. A type with a
-// top-level comma needs an alias.
+// `template <class V> void fields(V& v)` that calls v("name", name, bounds) for each, which drives
+// YAML loading, --set overrides, range checks and the dump of the resolved config
+// (core/config.hpp). The key is the member's name. A numeric value outside its bounds (NaN
+// included) is a load error naming the key, the value and the range. Members that are not config
+// keys are declared outside the list. A type with a top-level comma needs an alias.
 //
 // An enum read and written by name lists each enumerator once, with its name:
 //
@@ -20,8 +21,31 @@
 //
 // declares `enum class QSchedule { kFixed, kHardening };` and the `enum_names(QSchedule)` table
 // that core/config.hpp looks up (a name outside it is a load error listing the names).
+#include <limits>
 #include <utility>
 #include <vector>
+
+namespace fnvlp::config {
+
+// The range a numeric field must lie in; the default allows every value but NaN.
+struct Bounds {
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false, hi_open = false;
+  bool contains(double v) const {
+    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  }
+};
+constexpr Bounds at_least(double lo) { return {lo, std::numeric_limits<double>::infinity()}; }
+constexpr Bounds above(double lo) {
+  return {lo, std::numeric_limits<double>::infinity(), true, false};
+}
+constexpr Bounds within(double lo, double hi) { return {lo, hi}; }                  // [lo, hi]
+constexpr Bounds half_open(double lo, double hi) { return {lo, hi, false, true}; }  // [lo, hi)
+constexpr Bounds between(double lo, double hi) { return {lo, hi, true, true}; }     // (lo, hi)
+constexpr Bounds above_to(double lo, double hi) { return {lo, hi, true, false}; }   // (lo, hi]
+
+}  // namespace fnvlp::config
 
 #define FNVLP_CONFIG_FIELDS(...)                        \
   FNVLP_PP_FOR_EACH(FNVLP_CONFIG_DECLARE_, __VA_ARGS__) \
@@ -45,12 +69,17 @@
 #define FNVLP_CONFIG_ENUM_NAME_IMPL_(value, name) {fnvlp_enum_::value, name},
 
 #define FNVLP_CONFIG_DECLARE_(field) FNVLP_CONFIG_DECLARE_IMPL_ field
-#define FNVLP_CONFIG_DECLARE_IMPL_(type, name, ...) type name{__VA_ARGS__};
+#define FNVLP_CONFIG_DECLARE_IMPL_(type, name, ...) \
+  type name{FNVLP_PP_EXPAND_(FNVLP_PP_FIRST_(__VA_ARGS__, unused))};
 #define FNVLP_CONFIG_VISIT_(field) FNVLP_CONFIG_VISIT_IMPL_ field
-#define FNVLP_CONFIG_VISIT_IMPL_(type, name, ...) v(#name, name);
+#define FNVLP_CONFIG_VISIT_IMPL_(type, name, ...) \
+  v(#name, name,                                  \
+    FNVLP_PP_EXPAND_(FNVLP_PP_SECOND_(__VA_ARGS__, ::fnvlp::config::Bounds{}, unused)));
 
 // FNVLP_PP_FOR_EACH(m, a, b, ...) expands to m(a) m(b) ...; at most 64 arguments.
 #define FNVLP_PP_EXPAND_(x) x
+#define FNVLP_PP_FIRST_(a, ...) a
+#define FNVLP_PP_SECOND_(a, b, ...) b
 #define FNVLP_PP_PICK_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, _17, \
                        _18, _19, _20, _21, _22, _23, _24, _25, _26, _27, _28, _29, _30, _31, _32,  \
                        _33, _34, _35, _36, _37, _38, _39, _40, _41, _42, _43, _44, _45, _46, _47,  \

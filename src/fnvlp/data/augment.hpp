@@ -25,18 +25,18 @@ struct AugmentConfig {
   FNVLP_CONFIG_FIELDS(
       (bool, random_resized_crop, true),
       // fraction of the image area (ALBEF pretraining: 0.5 .. 1.0)
-      (double, crop_scale_min, 0.5),
-      (double, crop_scale_max, 1.0),
-      (double, crop_ratio_min, 3.0 / 4.0),  // aspect ratio w/h
-      (double, crop_ratio_max, 4.0 / 3.0),
+      (double, crop_scale_min, 0.5, config::above_to(0, 1)),
+      (double, crop_scale_max, 1.0, config::above_to(0, 1)),
+      (double, crop_ratio_min, 3.0 / 4.0, config::above(0)),  // aspect ratio w/h
+      (double, crop_ratio_max, 4.0 / 3.0, config::above(0)),
       (bool, horizontal_flip, true),
-      (double, flip_prob, 0.5),
+      (double, flip_prob, 0.5, config::within(0, 1)),
       // Factors drawn uniformly from [max(0, 1 - a), 1 + a] per image, applied in this fixed order
       // (torchvision draws a random order), each clamped to the valid range; 0 turns one off.
       (bool, color_jitter, false),
-      (double, brightness, 0.4),
-      (double, contrast, 0.4),
-      (double, saturation, 0.4))
+      (double, brightness, 0.4, config::at_least(0)),
+      (double, contrast, 0.4, config::at_least(0)),
+      (double, saturation, 0.4, config::at_least(0)))
   // clang-format on
   void validate() const;  // throws naming the offending key
 };

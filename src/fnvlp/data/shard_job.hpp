@@ -18,13 +18,13 @@ struct ShardJobOptions {
       (std::string, out, ),
       (std::string, split_file, ),
       (std::string, split, ),
-      (int64_t, image_size, 128),
-      (int64_t, max_len, 30),
-      (int64_t, shard_size, 4096),
-      (double, max_reject_fraction, 0.01),
-      (int64_t, image_chunk, 8),
+      (int64_t, image_size, 128, config::at_least(1)),
+      (int64_t, max_len, 30, config::at_least(2)),
+      (int64_t, shard_size, 4096, config::at_least(1)),
+      (double, max_reject_fraction, 0.01, config::within(0, 1)),
+      (int64_t, image_chunk, 8, config::within(1, 64)),
       // helper threads per rank for decoding and checksums
-      (int64_t, threads, 1))
+      (int64_t, threads, 1, config::at_least(1)))
   // clang-format on
 };
 

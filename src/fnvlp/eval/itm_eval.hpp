@@ -37,9 +37,9 @@ struct RetrievalEvalConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(
       // ITM re-ranked candidates per query (ALBEF: 256 COCO, 128 Flickr)
-      (int64_t, k_test, 128),
+      (int64_t, k_test, 128, config::at_least(1)),
       // encoding chunk (fixed global grid: part of the result's definition)
-      (int64_t, batch_size, 64))
+      (int64_t, batch_size, 64, config::at_least(1)))
   // clang-format on
   void validate() const;
 };

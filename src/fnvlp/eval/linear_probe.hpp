@@ -16,12 +16,12 @@ namespace fnvlp::eval {
 struct ProbeConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(
-      (double, weight_decay, 1e-3),
+      (double, weight_decay, 1e-3, config::at_least(0)),
       // L-BFGS iterations (strong-Wolfe line search)
-      (int64_t, max_iter, 300),
+      (int64_t, max_iter, 300, config::at_least(1)),
       // Without a separate training set, images (not pairs: captions of one image must not straddle
       // the split) with mix64(image_id) % test_modulus == 0 form the test split.
-      (int64_t, test_modulus, 5))
+      (int64_t, test_modulus, 5, config::at_least(2)))
   // clang-format on
 };
 

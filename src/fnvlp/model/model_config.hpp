@@ -12,30 +12,30 @@ struct ModelConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(
       // Image encoder: ViT (Dosovitskiy et al. 2021) as ALBEF's models/vit.py, pre-norm blocks.
-      (int64_t, image_size, 64),
-      (int64_t, patch_size, 8),
-      (int64_t, vision_width, 128),
-      (int64_t, vision_layers, 2),
-      (int64_t, vision_heads, 4),
+      (int64_t, image_size, 64, config::at_least(1)),
+      (int64_t, patch_size, 8, config::at_least(1)),
+      (int64_t, vision_width, 128, config::at_least(1)),
+      (int64_t, vision_layers, 2, config::at_least(1)),
+      (int64_t, vision_heads, 4, config::at_least(1)),
       // Text and fusion encoders: BERT post-norm layers. ALBEF splits one 12-layer BERT into the
       // first 6 text-only layers and the last 6 layers with cross-attention to the image (fusion).
-      (int64_t, text_width, 128),
-      (int64_t, text_layers, 2),
-      (int64_t, fusion_layers, 1),
-      (int64_t, text_heads, 4),
+      (int64_t, text_width, 128, config::at_least(1)),
+      (int64_t, text_layers, 2, config::at_least(0)),
+      (int64_t, fusion_layers, 1, config::at_least(1)),
+      (int64_t, text_heads, 4, config::at_least(1)),
       // FFN width = mlp_ratio * width (ViT and BERT both use 4)
-      (int64_t, mlp_ratio, 4),
-      (int64_t, vocab_size, 30522),  // bert-base-uncased
+      (int64_t, mlp_ratio, 4, config::at_least(1)),
+      (int64_t, vocab_size, 30522, config::at_least(1)),  // bert-base-uncased
       // number of learned text positions (ALBEF truncates captions to 30)
-      (int64_t, max_len, 30),
-      (int64_t, embed_dim, 128),  // ITC projection width (ALBEF: 256)
+      (int64_t, max_len, 30, config::at_least(2)),
+      (int64_t, embed_dim, 128, config::at_least(1)),  // ITC projection width (ALBEF: 256)
       // BERT's hidden and attention-probability dropout (text and fusion encoders). The ViT has
       // none, as in ALBEF (drop_rate = drop_path_rate = 0 there).
-      (double, dropout, 0.0),
+      (double, dropout, 0.0, config::half_open(0, 1)),
       // Learnable ITC temperature: initial value and the clamp ALBEF applies (model_pretrain.py).
-      (double, temp, 0.07),
-      (double, temp_min, 0.001),
-      (double, temp_max, 0.5))
+      (double, temp, 0.07, config::above(0)),
+      (double, temp_min, 0.001, config::above(0)),
+      (double, temp_max, 0.5, config::above(0)))
   // clang-format on
 
   int64_t num_patches() const { return (image_size / patch_size) * (image_size / patch_size); }

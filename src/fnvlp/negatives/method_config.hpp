@@ -30,10 +30,10 @@ struct GlofndOptions {
   double alpha = 0.01;  // fraction of an anchor's negatives treated as false negatives
   // clang-format off
   FNVLP_CONFIG_FIELDS(
-      (double, lr, 0.05),
-      (double, beta1, 0.9),
-      (double, beta2, 0.98),
-      (double, eps, 1e-8),
+      (double, lr, 0.05, config::at_least(0)),
+      (double, beta1, 0.9, config::half_open(0, 1)),
+      (double, beta2, 0.98, config::half_open(0, 1)),
+      (double, eps, 1e-8, config::above(0)),
       (double, init, 1.0))  // λ starts at 1: nothing is filtered until λ has learned
   // clang-format on
 };
@@ -43,7 +43,7 @@ struct SrclConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(
       (std::string, helper, ),  // checkpoint dir of the helper (same model config); empty: a = 0
-      (double, helper_weight, 1.0))
+      (double, helper_weight, 1.0, config::at_least(0)))
   // clang-format on
 };
 
@@ -53,10 +53,10 @@ struct GritConfig {
   FNVLP_CONFIG_FIELDS(
       (QSchedule, schedule, QSchedule::kFixed),
       // fixed: 1 = GRIT's most similar, 0.5, 0 = least similar
-      (double, q, 1.0),
+      (double, q, 1.0, config::within(0, 1)),
       // schedules; -1: hardening 0 -> 1, softening 1 -> 0
-      (double, q_start, -1),
-      (double, q_end, -1))
+      (double, q_start, -1, config::within(-1, 1)),
+      (double, q_end, -1, config::within(-1, 1)))
   // clang-format on
 };
 
@@ -67,17 +67,17 @@ struct FalconConfig {
   void validate() const;
   // clang-format off
   FNVLP_CONFIG_FIELDS(
-      (int64_t, quantiles, 100),  // m
-      (int64_t, hidden, 256),
-      (int64_t, blocks, 2),  // residual blocks
-      (double, min_concentration, 0.01),
-      (double, lr, 1e-4),
-      (double, beta1, 0.9),
-      (double, beta2, 0.999),
-      (double, weight_decay, 0.01),
+      (int64_t, quantiles, 100, config::at_least(2)),  // m
+      (int64_t, hidden, 256, config::at_least(1)),
+      (int64_t, blocks, 2, config::at_least(0)),  // residual blocks
+      (double, min_concentration, 0.01, config::above(0)),
+      (double, lr, 1e-4, config::at_least(0)),
+      (double, beta1, 0.9, config::half_open(0, 1)),
+      (double, beta2, 0.999, config::half_open(0, 1)),
+      (double, weight_decay, 0.01, config::at_least(0)),
       (bool, instance_level, true),  // false: one q per batch (ablation)
       (bool, baseline, true),  // running-mean baseline in the advantage
-      (double, baseline_decay, 0.9))
+      (double, baseline_decay, 0.9, config::within(0, 1)))
   // clang-format on
 };
 
@@ -87,9 +87,9 @@ struct TclConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(
       (bool, enabled, false),
-      (double, imc_weight, 1.0),
-      (double, lmi_weight, 1.0),
-      (int64_t, grid, 4))
+      (double, imc_weight, 1.0, config::at_least(0)),
+      (double, lmi_weight, 1.0, config::at_least(0)),
+      (int64_t, grid, 4, config::at_least(1)))
   // clang-format on
 };
 

@@ -61,9 +61,9 @@ struct CheckpointConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(
       // the trainer saves every N steps (0: only on stop and at the end)
-      (int64_t, every_steps, 1000),
+      (int64_t, every_steps, 1000, config::at_least(0)),
       // committed checkpoints kept; older ones go after a new commit
-      (int64_t, keep_last, 2),
+      (int64_t, keep_last, 2, config::at_least(1)),
       (bool, verify_on_load, true),  // sha256 of every file before a checkpoint is used
       (double, save_timeout_s, 3600))  // watchdog limit while a save runs (Watchdog::long_phase)
   // clang-format on

@@ -25,15 +25,8 @@ using negatives::SoftTargetsKind;
 // them means deciding these questions, not only padding the masks, so the combination is an
 // error rather than a silent half-measure.
 void validate_methods(const PretrainConfig& cfg) {
-  const LossConfig& lc = cfg.loss;
-  FNVLP_CHECK(lc.soft_weight >= 0 && lc.soft_weight <= 1,
-              "loss.soft_weight " << lc.soft_weight << " not in [0, 1]");
-  FNVLP_CHECK(cfg.negatives.alpha >= 0 && cfg.negatives.alpha <= 1,
-              "negatives.alpha " << cfg.negatives.alpha << " not in [0, 1]");
-  if (lc.soft_targets == SoftTargetsKind::kMomentum) {
-    FNVLP_CHECK(lc.momentum >= 0 && lc.momentum <= 1,
-                "loss.momentum " << lc.momentum << " not in [0, 1] (ALBEF: 0.995)");
-    FNVLP_CHECK(lc.queue_size >= 0, "loss.queue_size " << lc.queue_size << " must be >= 0");
+  config::check(cfg);  // every field's range (a config built in code skips the loader's check)
+  if (cfg.loss.soft_targets == SoftTargetsKind::kMomentum) {
     FNVLP_CHECK(cfg.negatives.method == NegativesKind::kNone,
                 "loss.soft_targets=momentum cannot be combined with negatives.method="
                     << config::enum_to_name(cfg.negatives.method)

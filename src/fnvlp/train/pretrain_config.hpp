@@ -19,38 +19,38 @@ struct OptimConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(
       // ALBEF pretrain: 1e-4 peak, cosine to 1e-5, AdamW wd 0.02
-      (double, lr, 1e-4),
-      (double, min_lr, 1e-5),
+      (double, lr, 1e-4, config::at_least(0)),
+      (double, min_lr, 1e-5, config::at_least(0)),
       // not applied to biases, LayerNorm and other 1-d parameters
-      (double, weight_decay, 0.02),
-      (double, beta1, 0.9),
-      (double, beta2, 0.999),
-      (double, eps, 1e-8),
-      (double, grad_clip, 1.0),  // max global L2 norm; 0 disables
-      (int64_t, warmup_steps, 100))
+      (double, weight_decay, 0.02, config::at_least(0)),
+      (double, beta1, 0.9, config::half_open(0, 1)),
+      (double, beta2, 0.999, config::half_open(0, 1)),
+      (double, eps, 1e-8, config::above(0)),
+      (double, grad_clip, 1.0, config::at_least(0)),  // max global L2 norm; 0 disables
+      (int64_t, warmup_steps, 100, config::at_least(0)))
   // clang-format on
 };
 
 struct LossConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(
-      (double, itc_weight, 1.0),
-      (double, itm_weight, 1.0),
-      (double, mlm_weight, 1.0),
-      (double, mlm_probability, 0.15),  // ALBEF 0.15; FALCON 0.5
+      (double, itc_weight, 1.0, config::at_least(0)),
+      (double, itm_weight, 1.0, config::at_least(0)),
+      (double, mlm_weight, 1.0, config::at_least(0)),
+      (double, mlm_probability, 0.15, config::within(0, 1)),  // ALBEF 0.15; FALCON 0.5
       // pseudo (GRIT/MAFA) | momentum (ALBEF momentum distillation with queues) | none
       (negatives::SoftTargetsKind, soft_targets, negatives::SoftTargetsKind::kPseudo),
       // ALBEF alpha (ITC soft targets; with momentum also MLM's)
-      (double, soft_weight, 0.4),
+      (double, soft_weight, 0.4, config::within(0, 1)),
       // soft_targets=momentum only: EMA coefficient of the momentum model and the number of
       // momentum features kept as extra ITC keys (ALBEF Pretrain.yaml: momentum 0.995, queue_size
       // 65536).
-      (double, momentum, 0.995),
-      (int64_t, queue_size, 65536),
+      (double, momentum, 0.995, config::within(0, 1)),
+      (int64_t, queue_size, 65536, config::at_least(0)),
       // ALBEF ramps alpha from 0 over the first epoch (alpha * min(1, i / len(loader))): soft
       // targets of an untrained model are near uniform and hold the ITC loss near chance. -1: one
       // epoch.
-      (int64_t, soft_warmup_steps, -1),
+      (int64_t, soft_warmup_steps, -1, config::at_least(-1)),
       (std::string, itm_negatives, "multinomial"),  // multinomial (ALBEF) | argmax (GRIT)
       (negatives::TclConfig, tcl, ))
   // clang-format on
@@ -63,9 +63,9 @@ struct NegativesConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(
       (negatives::NegativesKind, method, negatives::NegativesKind::kNone),
-      (double, alpha, 0.01),  // GloFND's quantile level / FNC's top fraction
+      (double, alpha, 0.01, config::within(0, 1)),  // GloFND's quantile level / FNC's top fraction
       // GloFND/FNC: no update or filtering before this epoch
-      (int64_t, start_epoch, 0),
+      (int64_t, start_epoch, 0, config::at_least(0)),
       (bool, filter_itm, true),  // excluded negatives are not drawn as ITM hard negatives either
       (negatives::GlofndOptions, glofnd, ),
       (negatives::SrclConfig, srcl, ))
@@ -80,7 +80,7 @@ struct SamplerConfig {
   FNVLP_CONFIG_FIELDS(
       (negatives::SamplerKind, kind, negatives::SamplerKind::kUniform),
       // |M| (GRIT-VLP 1920; FALCON 2400 / 5664 / 28320)
-      (int64_t, search_space, 1920),
+      (int64_t, search_space, 1920, config::at_least(1)),
       (negatives::GritConfig, grit, ),
       (negatives::FalconConfig, falcon, ))
   // clang-format on
@@ -89,19 +89,19 @@ struct SamplerConfig {
 struct TrainConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(
-      (int64_t, batch_size, 32),  // per rank
-      (int64_t, epochs, 1),
+      (int64_t, batch_size, 32, config::at_least(1)),  // per rank
+      (int64_t, epochs, 1, config::at_least(1)),
       // > 0: stop after this many steps (overrides epochs)
-      (int64_t, max_steps, 0),
+      (int64_t, max_steps, 0, config::at_least(0)),
       (int64_t, seed, 42),
       // fixed reduction order and per-step seeding: bitwise repeatable
       (bool, deterministic, true),
       // libtorch intra-op threads per rank (DESIGN.md §5)
-      (int64_t, threads, 1),
-      (int64_t, log_every, 10),
-      (int64_t, prefetch, 3),  // batches read ahead by the loader thread
+      (int64_t, threads, 1, config::at_least(1)),
+      (int64_t, log_every, 10, config::at_least(1)),
+      (int64_t, prefetch, 3, config::at_least(0)),  // batches read ahead by the loader thread
       (bool, export_embeddings, true),  // embeddings/epoch-EEE.h5 at every epoch end
-      (int64_t, export_batch, 256))
+      (int64_t, export_batch, 256, config::at_least(1)))
   // clang-format on
 };
 
@@ -111,11 +111,11 @@ struct FaultConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(
       (int64_t, nonfinite_step, -1),  // this step's loss becomes NaN on nonfinite_rank
-      (int64_t, nonfinite_rank, 0),
+      (int64_t, nonfinite_rank, 0, config::at_least(0)),
       (int64_t, stop_step, -1),  // rank 0 raises SIGUSR1 after this step
       (int64_t, export_step, -1),  // rank 0 raises SIGUSR2 (export now) after this step
       (int64_t, throw_step, -1),  // throw_rank throws at this step
-      (int64_t, throw_rank, 0))
+      (int64_t, throw_rank, 0, config::at_least(0)))
   // clang-format on
 };
 

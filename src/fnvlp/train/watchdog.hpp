@@ -102,7 +102,7 @@ struct NonFiniteConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(
       // this many skipped steps in a row end the run
-      (int64_t, max_consecutive, 10))
+      (int64_t, max_consecutive, 10, config::at_least(1)))
   // clang-format on
 };
 

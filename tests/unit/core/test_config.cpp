@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -185,14 +186,14 @@ namespace {
 
 FNVLP_CONFIG_ENUM(Mode, (kFast, "fast"), (kSlow, "slow"))
 
-// The one-list form (core/config_fields.hpp): members, defaults and keys in one place.
+// The one-list form (core/config_fields.hpp): members, defaults, bounds and keys in one place.
 struct ListedConfig {
   int64_t not_a_key = 7;  // declared outside the list: never read, written or checked
   // clang-format off
   FNVLP_CONFIG_FIELDS(
-      (double, lr, 1e-4),
-      (int64_t, steps, 10),
-      (double, fraction, 0.5),
+      (double, lr, 1e-4, fnvlp::config::above(0)),
+      (int64_t, steps, 10, fnvlp::config::at_least(1)),
+      (double, fraction, 0.5, fnvlp::config::within(0, 1)),
       (std::string, name, ),
       (Mode, mode, Mode::kSlow),
       (OptimConfig, optim, ))
@@ -202,7 +203,7 @@ struct ListedConfig {
 struct KeyCollector {
   std::vector<std::string> keys;
   template <class T>
-  void operator()(const char* key, T&) {
+  void operator()(const char* key, T&, const fnvlp::config::Bounds& = {}) {
     keys.emplace_back(key);
   }
 };
@@ -229,6 +230,39 @@ TEST(ConfigFields, OneListDeclaresMembersWithDefaultsAndVisitsThemInOrder) {
   EXPECT_EQ(loaded.name, "x");
   EXPECT_EQ(loaded.mode, Mode::kFast);
   EXPECT_DOUBLE_EQ(loaded.optim.lr, 2.0);
+}
+
+TEST(ConfigFields, ValuesOutsideTheirBoundsAreErrorsNamingKeyValueAndRange) {
+  using fnvlp::config::load_typed;
+  auto msg = error_of([] { load_typed<ListedConfig>("", {"steps=0"}); });
+  EXPECT_NE(msg.find("'steps' = 0 is outside [1, inf)"), std::string::npos) << msg;
+  msg = error_of([] { load_typed<ListedConfig>("", {"lr=0"}); });  // open bound
+  EXPECT_NE(msg.find("'lr' = 0 is outside (0, inf)"), std::string::npos) << msg;
+  msg = error_of([] { load_typed<ListedConfig>("", {"fraction=1.5"}); });
+  EXPECT_NE(msg.find("'fraction' = 1.5 is outside [0, 1]"), std::string::npos) << msg;
+  msg = error_of([] { load_typed<ListedConfig>("", {"lr=.nan"}); });
+  EXPECT_NE(msg.find("'lr' = nan is outside (0, inf)"), std::string::npos) << msg;
+  EXPECT_NO_THROW(load_typed<ListedConfig>("", {"fraction=1", "fraction=0"}));  // closed ends
+}
+
+TEST(ConfigFields, CheckValidatesAConfigBuiltInCode) {
+  ListedConfig c;
+  EXPECT_NO_THROW(fnvlp::config::check(c));
+  c.fraction = -0.1;
+  const auto msg = error_of([&] { fnvlp::config::check(c); });
+  EXPECT_NE(msg.find("'fraction' = -0.1 is outside [0, 1]"), std::string::npos) << msg;
+}
+
+TEST(ConfigFields, BoundsDescribeThemselves) {
+  using namespace fnvlp::config;
+  EXPECT_EQ(describe(at_least(1)), "[1, inf)");
+  EXPECT_EQ(describe(above(0)), "(0, inf)");
+  EXPECT_EQ(describe(within(0, 1)), "[0, 1]");
+  EXPECT_EQ(describe(between(0, 1)), "(0, 1)");
+  EXPECT_EQ(describe(half_open(0, 1)), "[0, 1)");
+  EXPECT_EQ(describe(above_to(0, 1)), "(0, 1]");
+  EXPECT_EQ(describe(Bounds{}), "(-inf, inf)");
+  EXPECT_FALSE(Bounds{}.contains(std::nan("")));
 }
 
 TEST(ConfigFields, EnumListNamesEachEnumeratorOnce) {
