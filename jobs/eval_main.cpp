@@ -26,10 +26,16 @@ int main(int argc, char** argv) {
        cxxopts::value(opt.probe_train_dir))
       ("probe-weight-decay", "L2 penalty of the probe",
        cxxopts::value(opt.probe_cfg.weight_decay)->default_value("0.001"))
-      ("ranks-out", "write every query's rank to this JSON file", cxxopts::value(opt.ranks_out));
+      ("ranks-out", "write every query's rank to this JSON file", cxxopts::value(opt.ranks_out))
+      ("verify", "full: each shard's sha256 against its manifest before it is opened; size: sizes",
+       cxxopts::value<std::string>()->default_value("full"));
     // clang-format on
     const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm);
     if (!parsed) return 0;
+    const auto verify = (*parsed)["verify"].as<std::string>();
+    if (verify != "full" && verify != "size")
+      throw cxxopts::exceptions::exception("--verify takes full or size, not '" + verify + "'");
+    opt.verify_checksums = verify == "full";
     fnvlp::eval::run_evaluation(comm, opt);
     return 0;
   });

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Guarantee 3: corrupt or inconsistent shards stop fnvlp-pretrain with an error naming the file
-# (and the dataset) - before the first step for everything the open-time checks can see
-# (missing, truncated, wrong schema version, manifest/shard mismatch), and at the read, before the
-# batch is trained on, for a flipped bit inside an image chunk (HDF5's Fletcher32 on every
-# chunk; the job does not hash every shard at start, see README.md). `fnvlp-shard --verify`
-# reports the same faults.
+# (and the dataset) before the first step: missing, truncated, wrong schema version,
+# manifest/shard mismatch, and a flipped bit inside an image chunk (data.verify=full, the default:
+# every shard's sha256 is checked before libhdf5 opens it). With data.verify=size the flipped bit
+# is caught at the read, before the batch is trained on (HDF5's Fletcher32 on every chunk).
+# `fnvlp-shard --verify` reports the same faults.
 source "$(dirname "$0")/lib.sh"
 make_data
 shard=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['shards'][1]['file'])" "$work/shards/manifest.json")
@@ -77,11 +77,15 @@ with open(p, "r+b") as f:
     f.write(bytes([b[0] ^ 0x10]))
 print("  flipped bit 4 of byte %d (image chunk 0 at %d, %d bytes)" % (pos, info.byte_offset, info.size))
 PY
+fails_at_open bitflip "$shard: sha256 [0-9a-f]{64} differs from .*manifest.json's [0-9a-f]{64}"
+expect_output "not opened"
+echo "== the same with data.verify=size: HDF5's Fletcher32 at the read"
 # 40 steps of 2 x 16 pairs read every image of the 1080 (one epoch is 33 steps).
-expect_failure pretrain --out "$work/run-bitflip" --set train.max_steps=40
+expect_failure pretrain --out "$work/run-bitflip-size" --set train.max_steps=40 \
+  --set data.verify=size
 expect_output "$shard:/images: read of image rows"
 expect_output "[Cc]hecksum|Fletcher|filter"
-steps=$( [ -f "$work/run-bitflip/metrics.jsonl" ] && wc -l <"$work/run-bitflip/metrics.jsonl" || echo 0)
+steps=$( [ -f "$work/run-bitflip-size/metrics.jsonl" ] && wc -l <"$work/run-bitflip-size/metrics.jsonl" || echo 0)
 [ "$steps" -lt 40 ] || fail "the run finished despite the corrupt chunk"
 echo "  stopped after $steps logged steps of 40"
 grep -m1 -oE "$shard:/images: read of image rows[^;]*;[^;]*" "$work/out.txt" || true

@@ -88,9 +88,15 @@ Manifest Manifest::from_json(const json& j, const std::string& context) {
       m.rejects_by_reason[reason] = integer(n);
     m.source = j.at("source");
     for (const auto& s : j.at("shards")) {
-      m.shards.push_back({s.at("file").get<std::string>(), integer(s.at("first_pair_id")),
-                          integer(s.at("num_pairs")), integer(s.at("num_images")),
-                          integer(s.at("bytes")), s.at("sha256").get<std::string>()});
+      const auto file = s.at("file").get<std::string>();
+      // Shards live in the manifest's directory: a path elsewhere is never followed.
+      FNVLP_CHECK(!file.empty() && file != "." && file != ".." &&
+                      file.find('/') == std::string::npos && file.find('\0') == std::string::npos,
+                  context << ": shard file '" << file
+                          << "' is not a plain file name in the shard directory");
+      m.shards.push_back({file, integer(s.at("first_pair_id")), integer(s.at("num_pairs")),
+                          integer(s.at("num_images")), integer(s.at("bytes")),
+                          s.at("sha256").get<std::string>()});
     }
   } catch (const json::exception& e) {
     FNVLP_FAIL(context << ": malformed manifest: " << e.what());
@@ -134,14 +140,18 @@ void verify_shard(const std::string& dir, const Manifest& m, const ManifestShard
   const std::string path = (fs::path(dir) / entry.file).string();
   auto problem = [&](const std::string& what) { report.problems.push_back(path + ": " + what); };
   if (!fs::exists(path)) return problem("missing");
+  if (!fs::is_regular_file(path)) return problem("not a regular file");
+  // Fail closed: a file whose size or sha256 differs from the manifest is reported and never
+  // handed to libhdf5, whose decoders are not hardened against crafted or rotten metadata.
   const auto bytes = static_cast<int64_t>(fs::file_size(path));
   if (bytes != entry.bytes)
-    problem("size " + std::to_string(bytes) + " bytes, manifest says " +
-            std::to_string(entry.bytes));
+    return problem("size " + std::to_string(bytes) + " bytes, manifest says " +
+                   std::to_string(entry.bytes) + " (not opened)");
   const std::string sha = sha256_file(path);
-  if (sha != entry.sha256)
-    problem("sha256 " + sha + " does not match the manifest's " + entry.sha256);
   report.bytes_read += bytes;
+  if (sha != entry.sha256)
+    return problem("sha256 " + sha + " does not match the manifest's " + entry.sha256 +
+                   " (not opened)");
   try {
     ShardReader reader(path);
     const auto& h = reader.header();

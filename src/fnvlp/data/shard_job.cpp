@@ -409,6 +409,41 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
   return r;
 }
 
+void verify_shard_checksums(const Comm& comm, const std::string& dir) {
+  PhaseTimer timer;
+  int64_t hashed = 0;
+  comm.collective([&] {
+    const Manifest m = Manifest::load(dir);  // also confines the shard names to DIR
+    const std::string mpath = (fs::path(dir) / kManifestName).string();
+    std::string problems;
+    for (size_t i = static_cast<size_t>(comm.rank()); i < m.shards.size();
+         i += static_cast<size_t>(comm.size())) {
+      const ManifestShard& s = m.shards[i];
+      const std::string path = (fs::path(dir) / s.file).string();
+      std::string problem;
+      if (!fs::exists(path)) {
+        problem = "missing (listed in " + mpath + ")";
+      } else if (!fs::is_regular_file(path)) {
+        problem = "not a regular file (listed in " + mpath + ")";
+      } else if (const auto bytes = static_cast<int64_t>(fs::file_size(path)); bytes != s.bytes) {
+        problem = std::to_string(bytes) + " bytes, " + mpath + " says " + std::to_string(s.bytes) +
+                  " (truncated or replaced?)";
+      } else {
+        hashed += bytes;
+        if (const std::string sha = sha256_file(path); sha != s.sha256)
+          problem = "sha256 " + sha + " differs from " + mpath + "'s " + s.sha256;
+      }
+      if (!problem.empty()) problems += "\n  " + path + ": " + problem;
+    }
+    FNVLP_CHECK(problems.empty(),
+                "shards that do not match their manifest, not opened:" << problems);
+  });
+  hashed = comm.allreduce_sum(hashed);
+  if (comm.is_root())
+    spdlog::info("shards of {}: sha256 of {:.1f} MB checked in {:.2f} s over {} ranks", dir,
+                 static_cast<double>(hashed) / 1e6, timer.total(), comm.size());
+}
+
 std::vector<std::string> verify_dataset_collective(const Comm& comm, const std::string& dir,
                                                    int64_t* pairs_checked) {
   VerifyReport rep = verify_dataset(dir, comm.rank(), comm.size());

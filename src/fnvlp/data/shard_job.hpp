@@ -43,6 +43,12 @@ struct ShardJobResult {
 // unusable or rejects exceed max_reject_fraction; then no manifest exists and no shard is left.
 ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& options);
 
+// Collective, before a job opens DIR's shards: each shard's size and sha256 against the manifest,
+// the files spread over the ranks (shard i hashed on rank i mod size). Every rank throws the same
+// CollectiveError naming each file that differs, so no unverified byte reaches libhdf5. Rank 0
+// logs the bytes hashed and the time.
+void verify_shard_checksums(const Comm& comm, const std::string& dir);
+
 // Collective verification of DIR: shards are split across ranks. Returns every problem found
 // (identical list on every rank).
 std::vector<std::string> verify_dataset_collective(const Comm& comm, const std::string& dir,

@@ -8,6 +8,7 @@
 #include "fnvlp/core/blas.hpp"
 #include "fnvlp/data/dataset.hpp"
 #include "fnvlp/data/sampler.hpp"
+#include "fnvlp/data/shard_job.hpp"
 #include "fnvlp/model/albef.hpp"
 #include "fnvlp/store/pretrained.hpp"
 #include "fnvlp/store/run_dir.hpp"
@@ -24,7 +25,9 @@ void set_threads(int n) {
   set_blas_threads(n);
 }
 
-std::unique_ptr<data::PairDataset> open_dataset(const Comm& comm, const std::string& dir) {
+std::unique_ptr<data::PairDataset> open_dataset(const Comm& comm, const std::string& dir,
+                                                bool verify_checksums) {
+  if (verify_checksums) data::verify_shard_checksums(comm, dir);
   std::unique_ptr<data::PairDataset> ds;
   comm.collective([&] { ds = std::make_unique<data::PairDataset>(dir); });
   return ds;
@@ -48,7 +51,7 @@ json run_probe(const Comm& comm, model::AlbefImpl& model, const EvalOptions& opt
   Labelled train, test;
   std::string split;
   if (!opt.probe_train_dir.empty()) {
-    const auto tds = open_dataset(comm, opt.probe_train_dir);
+    const auto tds = open_dataset(comm, opt.probe_train_dir, opt.verify_checksums);
     DatasetIndex tidx;
     comm.collective([&] { tidx = index_dataset(*tds); });
     const ImageFeatures tf =
@@ -92,7 +95,7 @@ json run_evaluation(const Comm& comm, const EvalOptions& opt) {
   const model::ModelConfig mc = store::open_pretrained(comm, opt.checkpoint);
   model::Albef model(mc);
   store::load_pretrained_weights(comm, opt.checkpoint, *model);
-  const auto ds = open_dataset(comm, opt.data_dir);
+  const auto ds = open_dataset(comm, opt.data_dir, opt.verify_checksums);
   ImageFeatures feats;
   const RetrievalEvalResult r = evaluate_retrieval(
       comm, *model, *ds, opt.retrieval, !opt.ranks_out.empty(), opt.probe ? &feats : nullptr);

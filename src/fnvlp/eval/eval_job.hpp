@@ -21,6 +21,9 @@ struct EvalOptions {
   std::string probe_train_dir;  // probe's training shards; empty: split data_dir by image
   ProbeConfig probe_cfg;
   int64_t threads = 1;  // libtorch and BLAS threads per rank
+  // Each shard's sha256 against its manifest before libhdf5 opens it (data.verify=full of the
+  // training config); false: sizes only.
+  bool verify_checksums = true;
 };
 
 // Collective. Returns the JSON written to opt.out (the same on every rank).

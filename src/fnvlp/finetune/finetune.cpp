@@ -7,6 +7,7 @@
 
 #include "fnvlp/core/config.hpp"
 #include "fnvlp/data/dataset.hpp"
+#include "fnvlp/data/shard_job.hpp"
 #include "fnvlp/model/albef.hpp"
 #include "fnvlp/store/best.hpp"
 #include "fnvlp/store/pretrained.hpp"
@@ -30,6 +31,8 @@ int run_finetuning(const Comm& comm, FinetuneConfig cfg, const FinetuneOptions& 
   std::unique_ptr<data::PairDataset> val;
   std::optional<store::BestCheckpoint> best;
   if (!opt.val_dir.empty()) {
+    if (cfg.data.verify == train::ShardVerify::kFull)
+      data::verify_shard_checksums(comm, opt.val_dir);
     comm.collective([&] { val = std::make_unique<data::PairDataset>(opt.val_dir); });
     base.on_epoch_end = [&](model::AlbefImpl& model, int64_t epoch, int64_t step) {
       if (!best) best.emplace(opt.run_dir, comm, "r_mean");

@@ -86,6 +86,18 @@ struct SamplerConfig {
   // clang-format on
 };
 
+// data.verify: how much of the shards is checked against the manifest before libhdf5 opens them.
+// full: size and sha256, hashed once per (re)start with the files spread over the ranks; size:
+// sizes only, for shards verified once (fnvlp-shard --verify) on storage that is trusted.
+FNVLP_CONFIG_ENUM(ShardVerify, (kFull, "full"), (kSize, "size"))
+
+struct DataConfig {
+  // clang-format off
+  FNVLP_CONFIG_FIELDS(
+      (ShardVerify, verify, ShardVerify::kFull))
+  // clang-format on
+};
+
 struct TrainConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(
@@ -123,6 +135,7 @@ struct PretrainConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(
       (model::ModelConfig, model, ),
+      (DataConfig, data, ),
       (data::AugmentConfig, augment, ),
       (OptimConfig, optim, ),
       (LossConfig, loss, ),

@@ -15,6 +15,7 @@
 #include "fnvlp/core/log.hpp"
 #include "fnvlp/data/dataset.hpp"
 #include "fnvlp/data/embeddings.hpp"
+#include "fnvlp/data/shard_job.hpp"
 #include "fnvlp/loss/itc.hpp"
 #include "fnvlp/loss/itm.hpp"
 #include "fnvlp/loss/mlm.hpp"
@@ -56,6 +57,12 @@ std::unique_ptr<torch::optim::AdamW> make_adamw(const OptimConfig& o,
   return std::make_unique<torch::optim::AdamW>(std::move(groups), options(o.weight_decay));
 }
 
+// The shards pass data.verify before libhdf5 opens any of them (PairDataset checks sizes).
+const std::string& verified(const Comm& comm, const DataConfig& cfg, const std::string& dir) {
+  if (cfg.verify == ShardVerify::kFull) data::verify_shard_checksums(comm, dir);
+  return dir;
+}
+
 }  // namespace
 
 Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOptions& opt)
@@ -63,7 +70,7 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
       cfg_(cfg),
       opt_(opt),
       run_(opt.run_dir, comm),
-      dataset_(opt.data_dir),
+      dataset_(verified(comm, cfg.data, opt.data_dir)),
       partition_(dataset_.num_pairs(), comm.size()),
       augment_(cfg.augment, cfg.model.image_size),
       ckpt_(run_, comm, cfg.checkpoint),
@@ -71,7 +78,8 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
       telemetry_(comm) {
   cfg_.model.validate();
   validate_methods(cfg_);
-  if (!opt.val_dir.empty()) val_ = std::make_unique<data::PairDataset>(opt.val_dir);
+  if (!opt.val_dir.empty())
+    val_ = std::make_unique<data::PairDataset>(verified(comm_, cfg_.data, opt.val_dir));
   FNVLP_CHECK(dataset_.max_len() <= cfg_.model.max_len,
               opt.data_dir << ": captions of " << dataset_.max_len()
                            << " tokens exceed model.max_len " << cfg_.model.max_len);

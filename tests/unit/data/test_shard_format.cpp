@@ -117,9 +117,11 @@ TEST(Verify, FlippedBitInAnImageChunkNamesFileAndDataset) {
   ASSERT_NE(it, bytes.end());
   *(it + 10) ^= 0x10;
   spit(path, bytes);
+  // --verify fails closed: the checksum mismatch is reported and the file is not opened.
   const auto text = verify_text(dir);
-  EXPECT_NE(text.find("shard-00000.h5:/images"), std::string::npos) << text;
-  EXPECT_NE(text.find("sha256"), std::string::npos) << text;
+  EXPECT_NE(text.find("shard-00000.h5: sha256 "), std::string::npos) << text;
+  EXPECT_NE(text.find("(not opened)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("shard-00000.h5:/images"), std::string::npos) << text;
   // The reader itself refuses the chunk (Fletcher32), not only the checksum of the whole file.
   data::ShardReader r(path);
   std::vector<uint8_t> img(2 * testutil::kImageSize * testutil::kImageSize * 3);
@@ -153,6 +155,44 @@ TEST(Verify, MissingShardManifestMismatchAndTruncation) {
   fs::remove(dir + "/manifest.json");
   text = verify_text(dir);
   EXPECT_NE(text.find("manifest.json: missing"), std::string::npos) << text;
+}
+
+TEST(Verify, AFileThatFailsItsChecksumNeverReachesLibhdf5) {
+  const auto dir = tmpdir("verify_closed");
+  testutil::write_test_dataset(dir);
+  // The right size, none of the structure: libhdf5 would fail on it (or worse, on a crafted
+  // one); --verify must say only that the checksum differs.
+  const auto path = dir + "/shard-00001.h5";
+  std::vector<char> junk(fs::file_size(path), '\x5a');
+  spit(path, junk);
+  const auto rep = data::verify_dataset(dir);
+  ASSERT_EQ(rep.problems.size(), 1u) << verify_text(dir);
+  EXPECT_NE(rep.problems[0].find("shard-00001.h5: sha256 "), std::string::npos) << rep.problems[0];
+  EXPECT_NE(rep.problems[0].find("(not opened)"), std::string::npos) << rep.problems[0];
+  // A directory in the shard's place is refused without being opened either.
+  fs::remove(path);
+  fs::create_directory(path);
+  EXPECT_NE(verify_text(dir).find("shard-00001.h5: not a regular file"), std::string::npos)
+      << verify_text(dir);
+}
+
+TEST(Verify, ManifestShardFilesStayInTheShardDirectory) {
+  const auto dir = tmpdir("verify_confined");
+  testutil::write_test_dataset(dir);
+  for (const std::string bad : {"../shard-00000.h5", "/etc/passwd", "sub/shard.h5", "..", ""}) {
+    SCOPED_TRACE(bad);
+    auto m = data::Manifest::load(dir);
+    const std::string good = m.shards[0].file;
+    m.shards[0].file = bad;
+    m.save(dir);
+    const auto text = verify_text(dir);
+    EXPECT_NE(text.find("shard file '" + bad + "' is not a plain file name"), std::string::npos)
+        << text;
+    EXPECT_THROW(data::Manifest::load(dir), Error);
+    m.shards[0].file = good;
+    m.save(dir);
+  }
+  EXPECT_TRUE(data::verify_dataset(dir).ok()) << verify_text(dir);
 }
 
 TEST(Verify, PairIdsThatDoNotTileAreReported) {
