@@ -64,9 +64,10 @@ struct VerifyReport {
 
 // Checks manifest <-> shards: file presence, sizes, sha256, schema version and attributes, dataset
 // shapes, token layout, pair_id coverage 0..N-1, image references; reads every chunk of every
-// dataset (Fletcher32). With parts > 1 only shards i with i % parts == part are read (MPI ranks
-// split the work); image_id coverage needs every shard, so it is checked only when parts == 1 and
-// MPI callers combine image_id_seen and call check_image_coverage themselves.
+// dataset (Fletcher32). A shard whose size or sha256 differs is reported and not opened. With
+// parts > 1 only shards i with i % parts == part are read (MPI ranks split the work); image_id
+// coverage needs every shard read, so it is checked only when parts == 1 and nothing else was
+// found, and MPI callers combine image_id_seen and call check_image_coverage themselves.
 VerifyReport verify_dataset(const std::string& dir, int part = 0, int parts = 1);
 void check_image_coverage(const std::vector<uint8_t>& image_id_seen, VerifyReport& report);
 
