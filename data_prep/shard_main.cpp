@@ -27,6 +27,10 @@ int main(int argc, char** argv) {
       ("shard-size", "captions per shard", cxxopts::value(o.shard_size)->default_value("4096"))
       ("max-reject-fraction", "fail above this fraction of rejected inputs",
        cxxopts::value(o.max_reject_fraction)->default_value("0.01"))
+      ("max-image-bytes", "reject image files larger than this unread",
+       cxxopts::value(o.max_image_bytes)->default_value(std::to_string(o.max_image_bytes)))
+      ("allow-outside-root", "read images that resolve outside --image-root (absolute paths, "
+       "'..', symlinks) instead of rejecting them", cxxopts::value(o.allow_outside_root))
       ("image-chunk", "images per HDF5 chunk (1..64)", cxxopts::value(o.image_chunk)->default_value("8"))
       ("threads", "helper threads per rank (decode, checksums)", cxxopts::value(o.threads)->default_value("1"))
       ("verify", "check DIR (manifest, sha256, every chunk) instead of sharding", cxxopts::value<std::string>());

@@ -82,6 +82,27 @@ def main():
         (b'{"image": "images/' + ids[1].encode() + b'.jpg", "caption": }', "malformed_record"),
         (b'{"image": "images/' + ids[1].encode() + b'.jpg"}', "malformed_record"),
     ]
+    # Inputs that must be refused before a byte is read (issue 28): paths resolving outside the
+    # image root (a real image, so only the confinement rejects it), a device, a FIFO without a
+    # writer (would block a reader forever) and a sparse 10 GB file (above the 64 MiB cap).
+    outside = os.path.abspath(os.path.join(a.flickr, by_image[ids[0]][0]["image"]))
+    os.symlink(outside, os.path.join(img_dir, "escape.jpg"))
+    os.mkfifo(os.path.join(img_dir, "fifo.jpg"))
+    with open(os.path.join(img_dir, "huge.jpg"), "wb") as f:
+        f.truncate(10 << 30)
+
+    def record(path, caption):
+        return json.dumps({"image": path, "caption": caption}).encode()
+
+    bad += [
+        (record(os.path.relpath(outside, os.path.abspath(a.out)), "a dot-dot escape"),
+         "image_outside_root"),
+        (record(outside, "an absolute path elsewhere"), "image_outside_root"),
+        (record("images/escape.jpg", "a symlink out of the root"), "image_outside_root"),
+        (record("/dev/zero", "endless zeros"), "image_not_regular_file"),
+        (record("images/fifo.jpg", "a pipe nobody writes"), "image_not_regular_file"),
+        (record("images/huge.jpg", "ten gigabytes of nothing"), "image_too_large"),
+    ]
     # Interleave: a bad record after every few good ones, so bad input lands in several shards.
     g = iter(good)
     for raw, reason in bad:

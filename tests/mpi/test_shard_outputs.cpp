@@ -142,6 +142,25 @@ TEST_F(ShardOutputs, EveryBadInputIsRejectedWithItsReason) {
   EXPECT_EQ(m.records_total, expected()["records"].get<int64_t>());
 }
 
+TEST_F(ShardOutputs, ImagesOutsideTheRootAreReadOnlyWithTheFlag) {
+  const auto want = expected()["rejects"];
+  size_t outside = 0;
+  for (const auto& [record, reason] : want.items()) outside += reason == "image_outside_root";
+  ASSERT_EQ(outside, 3u);
+  std::ifstream in(fixture() + "/out-allow/rejects.jsonl");
+  size_t n = 0;
+  for (std::string line; std::getline(in, line); ++n) {
+    const auto r = data::Reject::from_json_line(line);
+    EXPECT_NE(r.reason, data::image_reason::kOutsideRoot) << line;
+    const std::string wanted = want.at(std::to_string(r.record));
+    if (wanted != "image_error") EXPECT_EQ(wanted, r.reason) << line;
+  }
+  EXPECT_EQ(n, want.size() - outside);
+  // Images are keyed by path: the three escapes (one real image outside) add three.
+  EXPECT_EQ(data::Manifest::load(fixture() + "/out-allow").num_images,
+            data::Manifest::load(fixture() + "/out-albef-np1").num_images + 3);
+}
+
 TEST_F(ShardOutputs, CocoAndFlickrTokenInputsGiveTheSameDataset) {
   const auto albef = read_content(fixture() + "/out-albef-np1");
   for (const char* other : {"/out-coco", "/out-token"}) {

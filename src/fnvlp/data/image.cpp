@@ -20,6 +20,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include "fnvlp/core/error.hpp"
 
@@ -585,27 +587,75 @@ Image decode_image(const uint8_t* data, size_t size, const std::string& name, in
        "neither JPEG nor PNG (first bytes: " + std::string(head, 3 * n - 1) + ")");
 }
 
-Image read_image_file(const std::string& path, int min_side) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Where the open descriptor really points (every symlink resolved), so a link swapped after a
+// path check cannot lead outside the root.
+std::string resolved_path(int fd, const std::string& path) {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(fd), ec);
+  if (ec) p = std::filesystem::canonical(path, ec);
+  return ec ? std::string() : p.string();
+}
+
+bool inside(const std::string& path, const std::string& root) {
+  if (root == "/") return !path.empty() && path[0] == '/';
+  return path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
+         path[root.size()] == '/';
+}
+
+}  // namespace
+
+Image read_image_file(const std::string& path, int min_side, const ImageFileLimits& limits) {
+  // Devices, FIFOs and directories are refused before open: opening /dev/zero or a FIFO without
+  // a writer reads forever or blocks.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    fail(image_reason::kMissing, path, std::string("cannot open: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail(image_reason::kNotRegular, path, file_kind(st.st_mode));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     fail(image_reason::kMissing, path, std::string("cannot open: ") + std::strerror(errno));
   }
+  auto refuse = [&](const char* reason, const std::string& what) {
+    ::close(fd);
+    fail(reason, path, what);
+  };
+  if (::fstat(fd, &st) != 0) refuse(image_reason::kMissing, "cannot stat the open file");
+  if (!S_ISREG(st.st_mode)) refuse(image_reason::kNotRegular, file_kind(st.st_mode));
+  if (!limits.root.empty()) {
+    const std::string real = resolved_path(fd, path);
+    if (!inside(real, limits.root))
+      refuse(image_reason::kOutsideRoot, "resolves to " + (real.empty() ? "?" : real) +
+                                             ", outside the image root " + limits.root);
+  }
+  const auto cap = static_cast<size_t>(limits.max_bytes);
+  if (st.st_size > limits.max_bytes)
+    refuse(image_reason::kTooLarge, std::to_string(st.st_size) + " bytes, above the cap of " +
+                                        std::to_string(limits.max_bytes));
   // Sized from fstat plus one byte, so that the read that sees EOF needs no growth; but read to
-  // EOF rather than trusting the size: the file may be a pipe or change under us.
-  struct stat st;
-  const size_t expected =
-      ::fstat(fd, &st) == 0 && st.st_size > 0 ? static_cast<size_t>(st.st_size) : 0;
-  std::vector<uint8_t> bytes(expected + 1);
+  // EOF rather than trusting the size: the file may change under us.
+  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size) + 1);
   size_t used = 0;
   for (;;) {
-    if (used == bytes.size()) bytes.resize(2 * bytes.size() + 65536);
+    if (used > cap)
+      refuse(image_reason::kTooLarge,
+             "grew past the cap of " + std::to_string(limits.max_bytes) + " bytes while read");
+    if (used == bytes.size()) bytes.resize(std::min(2 * bytes.size() + 65536, cap + 1));
     const ssize_t r = ::read(fd, bytes.data() + used, bytes.size() - used);
     if (r == 0) break;
     if (r < 0) {
       if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      fail(image_reason::kMissing, path, std::string("cannot read: ") + std::strerror(err));
+      refuse(image_reason::kMissing, std::string("cannot read: ") + std::strerror(errno));
     }
     used += static_cast<size_t>(r);
   }

@@ -28,11 +28,14 @@ class ImageError : public std::runtime_error {
 };
 
 namespace image_reason {
-inline constexpr const char* kMissing = "missing_image";          // cannot open/read the file
-inline constexpr const char* kEmpty = "empty_image";              // zero bytes or 0x0 pixels
-inline constexpr const char* kTruncated = "truncated_image";      // data ends early
-inline constexpr const char* kCorrupt = "corrupt_image";          // decoder error or warning
-inline constexpr const char* kUnsupported = "unsupported_image";  // neither JPEG nor PNG
+inline constexpr const char* kMissing = "missing_image";              // cannot open/read the file
+inline constexpr const char* kEmpty = "empty_image";                  // zero bytes or 0x0 pixels
+inline constexpr const char* kTruncated = "truncated_image";          // data ends early
+inline constexpr const char* kCorrupt = "corrupt_image";              // decoder error or warning
+inline constexpr const char* kUnsupported = "unsupported_image";      // neither JPEG nor PNG
+inline constexpr const char* kOutsideRoot = "image_outside_root";     // resolves outside the root
+inline constexpr const char* kNotRegular = "image_not_regular_file";  // device, FIFO, directory
+inline constexpr const char* kTooLarge = "image_too_large";           // above the size cap
 }  // namespace image_reason
 
 enum class ImageFormat { kJpeg, kPng, kUnknown };
@@ -43,8 +46,18 @@ ImageFormat sniff_format(const uint8_t* data, size_t size);
 // large photos that are resized down anyway). Throws ImageError.
 Image decode_image(const uint8_t* data, size_t size, const std::string& name, int min_side = 0);
 
-// Reads a file and decodes it; a missing or unreadable file throws ImageError(kMissing).
-Image read_image_file(const std::string& path, int min_side = 0);
+// What read_image_file accepts before it reads a byte.
+struct ImageFileLimits {
+  // Canonical directory the file must resolve inside (after every symlink); empty: anywhere.
+  std::string root;
+  // Files larger than this are refused unread; the read also stops there if the file grows.
+  int64_t max_bytes = int64_t{64} << 20;
+};
+
+// Reads a file and decodes it. Throws ImageError: kMissing (cannot open/read), kNotRegular (a
+// device, FIFO or directory, never opened), kOutsideRoot, kTooLarge, or a decode reason.
+Image read_image_file(const std::string& path, int min_side = 0,
+                      const ImageFileLimits& limits = {});
 
 // Resizes so the shorter side equals `size` (antialiased triangle filter, as PIL's BILINEAR),
 // then crops the centred size x size square. Returns the input unchanged when already square of

@@ -85,9 +85,9 @@ struct LocalWork {
   int64_t images_decoded = 0;
 };
 
-void write_local_shard(const ShardJobOptions& o, const WordPieceTokenizer& tok,
-                       const std::vector<InputRecord>& entries, Range range, LocalShard& shard,
-                       LocalWork& work) {
+void write_local_shard(const ShardJobOptions& o, const ImageFileLimits& limits,
+                       const WordPieceTokenizer& tok, const std::vector<InputRecord>& entries,
+                       Range range, LocalShard& shard, LocalWork& work) {
   const auto L = static_cast<size_t>(o.max_len);
   const auto S = static_cast<size_t>(o.image_size);
   const size_t image_bytes = S * S * 3;
@@ -130,8 +130,8 @@ void write_local_shard(const ShardJobOptions& o, const WordPieceTokenizer& tok,
       errors[i].reset();
       try {
         const std::string& path = *todo[b + i];
-        Image img =
-            resize_center_crop(read_image_file(path, static_cast<int>(S)), static_cast<int>(S));
+        Image img = resize_center_crop(read_image_file(path, static_cast<int>(S), limits),
+                                       static_cast<int>(S));
         FNVLP_CHECK(img.rgb.size() == image_bytes, path << ": resize produced a wrong size");
         std::copy(img.rgb.begin(), img.rgb.end(),
                   pixels.begin() + static_cast<long>(i * image_bytes));
@@ -197,6 +197,14 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
   FNVLP_CHECK(o.split.empty() == o.split_file.empty(), "--split-file and --split go together");
   const InputFormat format = parse_input_format(o.format);
   const fs::path out(o.out);
+  // Images must resolve inside the image root (the working directory when none is given).
+  ImageFileLimits limits;
+  limits.max_bytes = o.max_image_bytes;
+  comm.collective([&] {
+    const fs::path root = o.image_root.empty() ? fs::current_path() : fs::path(o.image_root);
+    FNVLP_CHECK(fs::is_directory(root), "--image-root " << root.string() << " is not a directory");
+    if (!o.allow_outside_root) limits.root = fs::canonical(root).string();
+  });
 
   // A previous run's outputs are removed first, so nothing stale can pass --verify.
   comm.collective([&] {
@@ -236,7 +244,7 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
       for (size_t s = static_cast<size_t>(comm.rank()); s < plan.size();
            s += static_cast<size_t>(comm.size())) {
         work.shards.push_back({s, out / tmp_name(s), {}, 0});
-        write_local_shard(o, *tok, entries, plan[s], work.shards.back(), work);
+        write_local_shard(o, limits, *tok, entries, plan[s], work.shards.back(), work);
       }
     } catch (...) {
       remove_tmp();
@@ -392,6 +400,8 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
                 {"split", o.split},
                 {"shard_size", o.shard_size},
                 {"image_chunk", o.image_chunk},
+                {"max_image_bytes", o.max_image_bytes},
+                {"allow_outside_root", o.allow_outside_root},
                 {"max_reject_fraction", o.max_reject_fraction}};
     m.shards = shards;
     m.save(o.out);

@@ -23,6 +23,11 @@ struct ShardJobOptions {
       (int64_t, shard_size, 4096, config::at_least(1)),
       (double, max_reject_fraction, 0.01, config::within(0, 1)),
       (int64_t, image_chunk, 8, config::within(1, 64)),
+      // an image file above this size is rejected unread (image_too_large)
+      (int64_t, max_image_bytes, int64_t{64} << 20, config::at_least(1)),
+      // images resolving outside image_root (absolute paths, '..', symlinks) are read, not
+      // rejected (image_outside_root)
+      (bool, allow_outside_root, false),
       // helper threads per rank for decoding and checksums
       (int64_t, threads, 1, config::at_least(1)))
   // clang-format on

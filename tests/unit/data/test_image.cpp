@@ -2,6 +2,7 @@
 // libpng's and TurboJPEG's own encoders, so these tests do not depend on image_encode.cpp.
 #include <gtest/gtest.h>
 #include <png.h>
+#include <sys/stat.h>
 #include <turbojpeg.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -575,6 +577,63 @@ TEST(ImageResize, RejectsBadArguments) {
   Image short_buffer = synthetic(4, 4);
   short_buffer.rgb.pop_back();
   EXPECT_THROW(resize_center_crop(short_buffer, 8), fnvlp::Error);
+}
+
+// Issue 28: what read_image_file refuses before it reads a byte. Each case must end in a named
+// ImageError, never a hang (/dev/zero, a FIFO without a writer) or an allocation of the file's
+// size (a sparse 10 GB file).
+std::string image_error_reason(const std::string& path, const fnvlp::data::ImageFileLimits& lim) {
+  try {
+    read_image_file(path, 0, lim);
+  } catch (const ImageError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    return e.reason();
+  }
+  return "decoded";
+}
+
+TEST(ImageFile, DevicesFifosDirectoriesHugeFilesAndEscapesAreRefused) {
+  namespace fs = std::filesystem;
+  const fs::path base = temp_path("image_limits");
+  fs::remove_all(base);
+  const fs::path root = base / "root";
+  fs::create_directories(root / "sub");
+  const auto real = read_bytes(kRealJpeg);
+  write_bytes((root / "sub" / "ok.jpg").string(), real);
+  write_bytes((base / "outside.jpg").string(), real);
+  fs::create_symlink(root / "sub" / "ok.jpg", root / "link-inside.jpg");
+  fs::create_symlink(base / "outside.jpg", root / "link-outside.jpg");
+  fs::create_directory_symlink(base, root / "dir-link");
+  ASSERT_EQ(::mkfifo((root / "fifo.jpg").c_str(), 0600), 0);
+  std::ofstream((root / "huge.jpg").string()).close();
+  fs::resize_file(root / "huge.jpg", uint64_t{10} << 30);  // sparse: no disk used
+
+  fnvlp::data::ImageFileLimits lim;
+  lim.root = fs::canonical(root).string();
+  lim.max_bytes = 1 << 20;
+  const std::string r = root.string();
+  EXPECT_EQ(image_error_reason(r + "/sub/ok.jpg", lim), "decoded");
+  EXPECT_EQ(image_error_reason(r + "/link-inside.jpg", lim), "decoded");
+  EXPECT_EQ(image_error_reason(r + "/sub/../sub/ok.jpg", lim), "decoded");
+  EXPECT_EQ(image_error_reason(r + "/../outside.jpg", lim), reason::kOutsideRoot);
+  EXPECT_EQ(image_error_reason((base / "outside.jpg").string(), lim), reason::kOutsideRoot);
+  EXPECT_EQ(image_error_reason(r + "/link-outside.jpg", lim), reason::kOutsideRoot);
+  EXPECT_EQ(image_error_reason(r + "/dir-link/outside.jpg", lim), reason::kOutsideRoot);
+  EXPECT_EQ(image_error_reason("/dev/zero", lim), reason::kNotRegular);
+  EXPECT_EQ(image_error_reason(r + "/fifo.jpg", lim), reason::kNotRegular);
+  EXPECT_EQ(image_error_reason(r + "/sub", lim), reason::kNotRegular);
+  EXPECT_EQ(image_error_reason(r + "/huge.jpg", lim), reason::kTooLarge);
+  // The cap is inclusive: a file of exactly max_bytes is read.
+  lim.max_bytes = static_cast<int64_t>(real.size());
+  EXPECT_EQ(image_error_reason(r + "/sub/ok.jpg", lim), "decoded");
+  lim.max_bytes = static_cast<int64_t>(real.size()) - 1;
+  EXPECT_EQ(image_error_reason(r + "/sub/ok.jpg", lim), reason::kTooLarge);
+  // Without a root, files anywhere are read; the other refusals stay.
+  lim = {};
+  EXPECT_EQ(image_error_reason(r + "/link-outside.jpg", lim), "decoded");
+  EXPECT_EQ(image_error_reason("/dev/zero", lim), reason::kNotRegular);
+  EXPECT_EQ(image_error_reason(r + "/huge.jpg", lim), reason::kTooLarge);
+  fs::remove_all(base);
 }
 
 }  // namespace
