@@ -42,6 +42,18 @@ int64_t parse_step_dir(const std::string& name) {
   return std::stoll(m[1].str());
 }
 
+// A name from a COMMITTED marker is read (hashed, loaded) only if it stays in its checkpoint: a
+// relative path without '.', '..' or empty components.
+bool inside_checkpoint(const std::string& name) {
+  if (name.empty() || name[0] == '/' || name.find('\0') != std::string::npos) return false;
+  for (size_t a = 0, b; a <= name.size(); a = b + 1) {
+    b = std::min(name.find('/', a), name.size());
+    const std::string part = name.substr(a, b - a);
+    if (part.empty() || part == "." || part == "..") return false;
+  }
+  return true;
+}
+
 uint64_t free_bytes(const std::string& dir) {
   struct statvfs st {};
   FNVLP_CHECK(::statvfs(dir.c_str(), &st) == 0,
@@ -199,6 +211,8 @@ std::string verify_checkpoint(const std::string& dir, bool checksums, Checkpoint
       return "COMMITTED marker says step " + std::to_string(step) + " in directory of step " +
              std::to_string(named);
     for (const auto& [file, entry] : marker["files"].items()) {
+      if (!inside_checkpoint(file))
+        return "COMMITTED marker names '" + file + "', a path outside the checkpoint directory";
       const std::string path = join_path(dir, file);
       if (!fs::is_regular_file(path)) return "file '" + file + "' is missing";
       const auto bytes = static_cast<int64_t>(fs::file_size(path));
@@ -299,9 +313,16 @@ CheckpointInfo CheckpointManager::save(int64_t step, const WriteFn& write) {
                                                 << " GiB available, about "
                                                 << expected_bytes_ / kGiB << " GiB needed");
     }
+    // The save goes into a directory created here and now, so nothing planted can be in it; a
+    // symlink in its place (skipped by the loop above) is removed, not followed.
     std::error_code ec;
-    fs::create_directories(tmp_dir, ec);
-    FNVLP_CHECK(!ec, "cannot create '" << tmp_dir << "': " << ec.message());
+    if (fs::is_symlink(fs::symlink_status(tmp_dir))) {
+      spdlog::warn("checkpoint: removing the symlink {} in the way of the save", tmp_dir);
+      fs::remove(tmp_dir);
+    }
+    const bool created = fs::create_directory(tmp_dir, ec);
+    FNVLP_CHECK(created && !ec,
+                "cannot create '" << tmp_dir << "': " << (ec ? ec.message() : "it already exists"));
   });
   comm_.bcast(&already, 1);
   if (already) {

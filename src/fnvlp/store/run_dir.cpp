@@ -24,8 +24,11 @@ namespace fnvlp::store {
 // --- checked files ------------------------------------------------------------------------------
 
 CheckedFile::CheckedFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  FNVLP_CHECK(fd_ >= 0, "cannot create '" << path << "': " << std::strerror(errno));
+  // O_NOFOLLOW: a symlink planted at the name is an error, never a write somewhere else.
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  FNVLP_CHECK(fd_ >= 0, "cannot create '" << path << "': "
+                                          << (errno == ELOOP ? "it is a symbolic link, not followed"
+                                                             : std::strerror(errno)));
 }
 
 CheckedFile::~CheckedFile() {
@@ -86,6 +89,7 @@ void fsync_path(const std::string& path) {
 
 void write_file_atomic(const std::string& path, std::string_view data) {
   const std::string tmp = path + ".tmp";
+  ::unlink(tmp.c_str());  // a leftover of a crash, or a planted link: replaced, never followed
   try {
     CheckedFile f(tmp);
     f.write(data);

@@ -2,11 +2,14 @@
 // failure modes (uncommitted, corrupt, failed and disk-full saves), pruning and per-pair state.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -14,6 +17,7 @@
 #include "fnvlp/core/sha256.hpp"
 #include "fnvlp/store/checkpoint.hpp"
 #include "fnvlp/store/components.hpp"
+#include "fnvlp/store/run_dir.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -203,6 +207,50 @@ TEST(CheckpointManager, IgnoresUncommittedDirectories) {
   EXPECT_FALSE(fs::exists(dir + "/step-0000030.tmp"));
 }
 
+// Issue 28: a symlink planted in the run directory never redirects a write, and a COMMITTED
+// marker cannot make verification read outside its checkpoint.
+TEST(CheckpointManager, PlantedSymlinksAreNotFollowed) {
+  fnvlp::Comm comm;
+  const std::string dir = fresh_dir("planted");
+  const std::string outside = fresh_dir("planted_outside");
+  std::ofstream(outside + "/victim") << "keep\n";
+  const auto victim = [&] {
+    std::ifstream in(outside + "/victim");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  CheckpointManager mgr(dir, comm);
+  fs::create_directory_symlink(outside, dir + "/step-0000003.tmp");
+  const CheckpointInfo info = mgr.save(3, simple_writer(comm, 3));
+  EXPECT_FALSE(fs::is_symlink(info.dir));
+  EXPECT_EQ(verify_checkpoint(info.dir, true), "");
+  EXPECT_EQ(std::vector<fs::path>(fs::directory_iterator(outside), {}),
+            std::vector<fs::path>{fs::path(outside) / "victim"});
+
+  fs::create_symlink(outside + "/victim", dir + "/summary.json");
+  try {
+    write_file(dir + "/summary.json", "overwritten\n");
+    ADD_FAILURE() << "wrote through a symlink";
+  } catch (const fnvlp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("symbolic link"), std::string::npos) << e.what();
+  }
+  fs::create_symlink(outside + "/victim", dir + "/config.yaml.tmp");
+  write_file_atomic(dir + "/config.yaml", "a: 1\n");
+  EXPECT_FALSE(fs::is_symlink(dir + "/config.yaml"));
+  EXPECT_EQ(victim(), "keep\n");
+
+  json marker = json::parse(std::ifstream(info.dir + "/COMMITTED"));
+  for (const std::string bad : {"../../planted_outside/victim", "/etc/hostname", "a//b", "./x"}) {
+    json m = marker;
+    m["files"][bad] = {{"bytes", 5}, {"sha256", ""}};
+    std::ofstream(info.dir + "/COMMITTED") << m.dump(2);
+    EXPECT_NE(verify_checkpoint(info.dir, true).find("outside the checkpoint directory"),
+              std::string::npos)
+        << bad << ": " << verify_checkpoint(info.dir, true);
+  }
+  std::ofstream(info.dir + "/COMMITTED") << marker.dump(2);
+  EXPECT_EQ(verify_checkpoint(info.dir, true), "");
+}
+
 TEST(CheckpointManager, CorruptNewestFallsBackToPrevious) {
   fnvlp::Comm comm;
   const std::string dir = fresh_dir("corrupt");
@@ -306,13 +354,17 @@ TEST(CheckpointManager, DiskFullDuringWriteIsAClearErrorAndLatestStays) {
   Net net;
   try {
     mgr.save(2, [&](const std::string& d) {
-      // Every write to /dev/full fails with ENOSPC, like a full file system.
-      ASSERT_EQ(::symlink("/dev/full", (d + "/model.pt").c_str()), 0);
+      // Every write to /dev/full's device (1, 7) fails with ENOSPC, like a full file system. A
+      // node of it in the checkpoint, not a symlink: writes never follow links.
+      if (::mknod((d + "/model.pt").c_str(), S_IFCHR | 0600, makedev(1, 7)) != 0)
+        throw std::runtime_error(std::string("mknod: ") + std::strerror(errno));
       save_module(d, "model", net);
     });
     FAIL() << "save did not throw";
   } catch (const fnvlp::CollectiveError& e) {
     const std::string what = e.what();
+    if (what.find("mknod: ") != std::string::npos)
+      GTEST_SKIP() << "cannot create a device node here (needs CAP_MKNOD): " << what;
     EXPECT_NE(what.find("No space left on device"), std::string::npos) << what;
     EXPECT_NE(what.find("model.pt"), std::string::npos) << what;
   }
