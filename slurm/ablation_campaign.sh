@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # An ablation campaign as one SLURM job array: `bash slurm/ablation_campaign.sh MATRIX.yaml
-# [--out CAMPAIGN_DIR] [--methods m1,m2] [--wait]`.
+# [--out CAMPAIGN_DIR] [--methods m1,m2] [--wait]`; with FNVLP_DRY_RUN=1 it prints every sbatch
+# line and every array task's config, and submits and writes nothing.
 # MATRIX.yaml (slurm/campaigns/): name, methods (slurm/methods.sh names or `custom` ones), seeds,
 # concurrency (%N of the array), set (overrides for every task), custom (name -> overrides).
 # Jobs: shard (kept when the shards verify) -> array over methods x seeds (%A_%a; each task
@@ -56,12 +57,19 @@ PY
 ) || fnvlp_die "bad matrix $matrix"
 IFS=$'\t' read -r name concurrency seeds <<<"$(head -1 <<<"$parsed")"
 camp=${out:-$FNVLP_WORK/campaigns/$name}
-mkdir -p "$camp/tasks"
-cp "$matrix" "$camp/matrix.yaml"
+# The campaign's files go to CAMP; in a dry run (FNVLP_DRY_RUN=1) to a scratch directory whose
+# task configs are printed and removed, while the printed sbatch lines name CAMP.
+files=$camp
+if fnvlp_dry_run; then
+  files=$(mktemp -d "${TMPDIR:-/tmp}/fnvlp-dry-campaign.XXXXXX")
+  trap 'rm -rf "$files"' EXIT
+fi
+mkdir -p "$files/tasks"
+cp "$matrix" "$files/matrix.yaml"
 set_all=$(/usr/bin/python3 -c 'import sys,yaml; print(" ".join(yaml.safe_load(open(sys.argv[1])).get("set") or []))' "$matrix")
 
 # index.tsv and task.json files: the deterministic index <-> (method, seed) map.
-printf 'index\tmethod\tseed\n' >"$camp/index.tsv"
+printf 'index\tmethod\tseed\n' >"$files/index.tsv"
 i=0
 while IFS=$'\t' read -r method custom; do
   if [ "$custom" != - ]; then
@@ -71,9 +79,9 @@ while IFS=$'\t' read -r method custom; do
       fnvlp_die "unknown method '$method' (slurm/methods.sh: ${FNVLP_METHODS[*]}; or define it under 'custom' in $matrix)"
   fi
   for seed in $seeds; do
-    task=$camp/tasks/$method-s$seed
+    task=$files/tasks/$method-s$seed
     mkdir -p "$task"
-    printf '%s\t%s\t%s\n' "$i" "$method" "$seed" >>"$camp/index.tsv"
+    printf '%s\t%s\t%s\n' "$i" "$method" "$seed" >>"$files/index.tsv"
     # shellcheck disable=SC2086
     /usr/bin/python3 -c 'import json,sys; i,m,s=sys.argv[1:4]; print(json.dumps({"index":int(i),"method":m,"seed":int(s),"overrides":["train.seed="+s]+sys.argv[4:]}))' \
       "$i" "$method" "$seed" $overrides $set_all >"$task/task.json"
@@ -82,6 +90,11 @@ while IFS=$'\t' read -r method custom; do
 done < <(tail -n +2 <<<"$parsed")
 n=$i
 fnvlp_log "campaign $name: $n tasks in $camp (index.tsv)"
+if fnvlp_dry_run; then
+  while IFS=$'\t' read -r i method seed; do
+    echo "array task $i: $(cat "$files/tasks/$method-s$seed/task.json")" >&2
+  done < <(tail -n +2 "$files/index.tsv")
+fi
 
 bins=(fnvlp-pretrain fnvlp-eval fnvlp-report)
 fnvlp_check_stage_bins shard
@@ -108,6 +121,10 @@ array_id=$(fnvlp_submit "${task_opts[@]}" "${site[@]}" --array="0-$((n - 1))%$co
 read -r -a copts <<<"$(fnvlp_small_job_opts 1 "fnvlp-collect-$name")"
 collect_id=$(fnvlp_submit "${copts[@]}" "${site[@]}" "$(fnvlp_afterok "$array_id")" \
   "$FNVLP_ROOT/slurm/campaign_collect.sh" "$camp")
+if fnvlp_dry_run; then
+  fnvlp_log "dry run: nothing submitted, nothing written to $camp"
+  exit 0
+fi
 printf 'shard\t%s\narray\t%s\ncollect\t%s\n' "$shard_id" "$array_id" "$collect_id" >"$camp/jobs.tsv"
 fnvlp_log "submitted shard $shard_id -> array $array_id (0-$((n - 1))%$concurrency) -> collect $collect_id"
 fnvlp_log "results: $camp/results.md, $camp/results.csv, report $camp/report/"

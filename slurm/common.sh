@@ -17,7 +17,14 @@ fnvlp_die() {
   echo "fnvlp: error: $*" >&2
   exit 1
 }
-fnvlp_log() { echo "[$(date -u +%FT%TZ)] $*"; }
+# A dry run (FNVLP_DRY_RUN=1) logs to stderr, in order with the sbatch lines it prints there.
+fnvlp_log() {
+  if [ "${FNVLP_DRY_RUN:-0}" = 1 ]; then
+    echo "[$(date -u +%FT%TZ)] $*" >&2
+  else
+    echo "[$(date -u +%FT%TZ)] $*"
+  fi
+}
 
 # Clients need the local cluster's config when no system-wide one exists (env/local-slurm.sh).
 if [ -z "${SLURM_CONF:-}" ] && [ ! -f /etc/slurm/slurm.conf ] &&
@@ -219,12 +226,17 @@ fnvlp_forward_export() {
 # ---------------------------------------------------------------------------------------------
 # Submission helpers.
 
+# FNVLP_DRY_RUN=1: a dry run. Nothing is submitted and nothing is written; every sbatch command
+# line the scripts would run is printed instead (stderr, one shell-quoted line each), and a job
+# submitted after it depends on the stand-in id JOBNAME.dry.
+fnvlp_dry_run() { [ "${FNVLP_DRY_RUN:-0}" = 1 ]; }
+
 # `fnvlp_submit [sbatch options] SCRIPT [args]` prints the job id (sbatch --parsable). Logs go to
 # $FNVLP_LOGS/%x-%j.out (%x-%A_%a.out for arrays) unless --output is given.
 fnvlp_submit() {
   local id
   local -a outopt
-  mkdir -p "$FNVLP_LOGS"
+  fnvlp_dry_run || mkdir -p "$FNVLP_LOGS"
   case " $* " in
     *" --output="* | *" -o "*) outopt=() ;;
     *" --array="*) outopt=(--output="$FNVLP_LOGS/%x-%A_%a.out") ;;
@@ -236,6 +248,14 @@ fnvlp_submit() {
   local -a clean=()
   for v in $(compgen -e | grep '^SLURM_' | grep -v '^SLURM_CONF$' || true); do clean+=(-u "$v"); done
   case " $* " in *" --export="*) ;; *) outopt+=(--export=ALL) ;; esac
+  if fnvlp_dry_run; then
+    local line
+    line=$(printf ' %q' sbatch --parsable "${outopt[@]}" "$@")
+    echo "${line# }" >&2
+    id=$(sed -nE 's/(^|.* )--job-name=([^ ]+).*/\2/p' <<<"$*")
+    echo "${id:-job}.dry"
+    return 0
+  fi
   id=$(env "${clean[@]}" sbatch --parsable "${outopt[@]}" "$@") || fnvlp_die "sbatch $* failed"
   echo "${id%%;*}"
 }

@@ -6,6 +6,8 @@
 #   bash slurm/pipeline.sh submit [--wait]   submit the chain (FNVLP_STAGES, default all six);
 #                                            with --wait, wait for it and exit non-zero with the
 #                                            reason when a stage fails
+#   FNVLP_DRY_RUN=1 bash slurm/pipeline.sh submit
+#                                            print every sbatch line of the chain, submit nothing
 #   bash slurm/pipeline.sh wait [--job ID]   wait for the chain recorded in $FNVLP_WORK/chain.tsv
 #                                            (with --job: the chain that job ID submits, e.g. a
 #                                            hand-submitted slurm/pretrain_4m.sh)
@@ -48,11 +50,15 @@ fnvlp_check_stage_bins() {
 
 # Every shard set the stages read passes `fnvlp-shard --verify`.
 fnvlp_shards_ok() {
-  local d bin
-  bin=$(fnvlp_bin fnvlp-shard)
+  local d bin=""
   for d in $(printf '%s\n' "$FNVLP_SHARDS_PRETRAIN" "$FNVLP_SHARDS_VAL" "$FNVLP_SHARDS_FT_TRAIN" \
     "$FNVLP_SHARDS_FT_VAL" | sort -u); do
     [ -f "$d/manifest.json" ] || return 1
+    if fnvlp_dry_run; then
+      fnvlp_log "dry run: $d has a manifest; its shards are not verified here"
+      continue
+    fi
+    [ -n "$bin" ] || bin=$(fnvlp_bin fnvlp-shard)
     fnvlp_run_ranks "$FNVLP_SHARD_RANKS" "$bin" --verify "$d" || return 1
   done
 }
@@ -106,12 +112,14 @@ fnvlp_submit_stages() {
 # read it half-written would wait for the first jobs only and call the chain completed while
 # later stages still run.
 fnvlp_chain_start() {
+  FNVLP_CHAIN_PARTIAL=/dev/null
+  fnvlp_dry_run && return 0
   mkdir -p "$FNVLP_WORK" "$FNVLP_LOGS"
   FNVLP_CHAIN_PARTIAL=$FNVLP_WORK/.chain.tsv.$$
   printf 'entry\t%s\n' "${SLURM_JOB_ID:-none}" >"$FNVLP_CHAIN_PARTIAL"
 }
 
-fnvlp_chain_publish() { mv -f "$FNVLP_CHAIN_PARTIAL" "$FNVLP_WORK/chain.tsv"; }
+fnvlp_chain_publish() { fnvlp_dry_run || mv -f "$FNVLP_CHAIN_PARTIAL" "$FNVLP_WORK/chain.tsv"; }
 
 # The whole chain (FNVLP_STAGES).
 fnvlp_submit_chain() {
@@ -171,7 +179,11 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   case "$cmd" in
     submit)
       fnvlp_submit_chain
-      if [ "${1:-}" = --wait ]; then fnvlp_wait_chain; fi
+      if fnvlp_dry_run; then
+        fnvlp_log "dry run: nothing submitted"
+      elif [ "${1:-}" = --wait ]; then
+        fnvlp_wait_chain
+      fi
       ;;
     wait)
       if [ "${1:-}" = --job ]; then fnvlp_wait_chain "${2:?--job needs a job id}"; else fnvlp_wait_chain; fi

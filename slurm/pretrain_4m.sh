@@ -10,6 +10,7 @@
 # forwards it to the ranks, which checkpoint and exit 3; the job then requeues itself and the
 # next start resumes (--resume auto). `scontrol requeue` (SIGTERM to the ranks) resumes the same way.
 #
+# `FNVLP_DRY_RUN=1 bash slurm/pretrain_4m.sh` prints what that would submit and submits nothing.
 # Smoke scale (here: 2 CPU cores, minutes): the same script with FNVLP_SCALE=smoke and small
 # resources on the command line (command-line options override #SBATCH lines):
 #   mkdir -p logs && FNVLP_SCALE=smoke sbatch --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 \
@@ -38,6 +39,20 @@ source "$FNVLP_ROOT/slurm/common.sh"
 # shellcheck source=slurm/pipeline.sh
 source "$FNVLP_ROOT/slurm/pipeline.sh"
 
+if [ -z "${SLURM_JOB_ID:-}" ] && fnvlp_dry_run; then
+  # `FNVLP_DRY_RUN=1 bash slurm/pretrain_4m.sh`: what `sbatch slurm/pretrain_4m.sh` would submit,
+  # this job (its #SBATCH lines) and then the chain its first start submits.
+  read -r -a own <<<"$(sed -n 's/^#SBATCH //p' "$FNVLP_ROOT/slurm/pretrain_4m.sh" | tr '\n' ' ')"
+  entry=$(fnvlp_submit "${own[@]}" "$FNVLP_ROOT/slurm/pretrain_4m.sh")
+  if fnvlp_stage_wanted shard && ! fnvlp_shards_ok; then
+    fnvlp_log "dry run: shards missing: job $entry would submit shard -> pretrain -> ... and end"
+    fnvlp_submit_chain
+  else
+    fnvlp_submit_chain_after_pretrain "$entry"
+  fi
+  fnvlp_log "dry run: nothing submitted"
+  exit 0
+fi
 [ -n "${SLURM_JOB_ID:-}" ] || fnvlp_die "submit with sbatch (see the header), or run bash slurm/pipeline.sh submit"
 
 if [ "$FNVLP_SCALE" = 4m ]; then

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# FNVLP_DRY_RUN=1 (issue 29): the pipeline, a campaign and `bash slurm/pretrain_4m.sh` print every
+# sbatch line (resources, dependencies) and every array task's config, and submit and write
+# nothing. The printed lines must equal, argument for argument, what the same commands hand to
+# sbatch when they do submit: sbatch is replaced by a recorder on PATH (as in chain_record.sh),
+# whose job ids are mapped back to the dry run's stand-ins (JOBNAME.dry) before comparing.
+set -euo pipefail
+src=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() {
+  echo "FAIL (dry_run): $*"
+  exit 1
+}
+mkdir -p "$tmp/bin"
+# The recorder: one line per call (sbatch + its shell-quoted arguments), then "id<TAB>job name"
+# to the id map; prints ids 101, 102, ...
+cat >"$tmp/bin/sbatch" <<'SB'
+#!/usr/bin/env bash
+n=$(($(cat "$T_IDS" 2>/dev/null || echo 100) + 1))
+echo "$n" >"$T_IDS"
+line=$(printf ' %q' sbatch "$@")
+echo "${line# }" >>"$T_CALLS"
+name=$(sed -nE 's/(^|.* )--job-name=([^ ]+).*/\2/p' <<<"$*")
+printf '%s\t%s\n' "$n" "${name:-job}" >>"$T_NAMES"
+echo "$n"
+SB
+chmod +x "$tmp/bin/sbatch"
+export PATH=$tmp/bin:$PATH T_IDS=$tmp/ids T_CALLS=$tmp/calls T_NAMES=$tmp/names
+export FNVLP_ROOT=$src FNVLP_SCALE=smoke FNVLP_SLURM_DIR=$tmp/none FNVLP_BUILD_DIR=$tmp/none
+export FNVLP_SKIP_MISSING="fnvlp-shard fnvlp-synth fnvlp-pretrain fnvlp-simstat fnvlp-report fnvlp-finetune fnvlp-eval"
+
+# The recorded calls with each job id replaced by the dry run's stand-in for that job.
+recorded() {
+  /usr/bin/python3 - "$T_CALLS" "$T_NAMES" <<'PY'
+import re, sys
+names = dict(l.rstrip("\n").split("\t") for l in open(sys.argv[2]))
+for line in open(sys.argv[1]):
+    print(re.sub(r"(afterok(?::[0-9]+)+)",
+                 lambda m: "afterok" + "".join(":" + names[i] + ".dry"
+                                               for i in m.group(1).split(":")[1:]),
+                 line.rstrip("\n")))
+PY
+}
+
+# Runs "$@" twice in work directory $1: dry (sbatch must not be called, nothing written) and for
+# real (into the recorder); the sbatch lines must agree. Leaves the dry run's stderr in $tmp/dry.
+compare() {
+  local what=$1
+  shift
+  export FNVLP_WORK=$tmp/work-$what
+  rm -f "$T_CALLS" "$T_NAMES" "$T_IDS"
+  FNVLP_DRY_RUN=1 "$@" >"$tmp/dry.out" 2>"$tmp/dry" || { cat "$tmp/dry"; fail "$what: dry run failed"; }
+  [ ! -e "$T_CALLS" ] || fail "$what: the dry run called sbatch: $(cat "$T_CALLS")"
+  [ ! -e "$FNVLP_WORK" ] || fail "$what: the dry run wrote $(find "$FNVLP_WORK" | head -5)"
+  grep '^sbatch ' "$tmp/dry" >"$tmp/dry.lines" || fail "$what: the dry run printed no sbatch line"
+  "$@" >"$tmp/real.out" 2>&1 || { cat "$tmp/real.out"; fail "$what: the submitting run failed"; }
+  recorded >"$tmp/real.lines"
+  diff "$tmp/dry.lines" "$tmp/real.lines" >"$tmp/diff" ||
+    { cat "$tmp/diff"; fail "$what: the dry run's sbatch lines differ from the submitted ones"; }
+  echo "$what: $(wc -l <"$tmp/dry.lines") sbatch lines, the same as submitted"
+}
+
+# 1. The six-stage chain.
+compare pipeline bash "$src/slurm/pipeline.sh" submit
+grep -q -- '--job-name=fnvlp-eval .*--dependency=afterok:fnvlp-finetune.dry ' "$tmp/dry.lines" ||
+  fail "pipeline: eval does not depend on finetune in the dry run"
+[ -f "$tmp/work-pipeline/chain.tsv" ] || fail "pipeline: the submitting run wrote no chain.tsv"
+
+# 2. A campaign: the array line and each task's config, equal to the task.json files written.
+compare campaign bash "$src/slurm/ablation_campaign.sh" "$src/slurm/campaigns/smoke.yaml" \
+  --out "$tmp/work-campaign/camp"
+grep -q -- "--array=0-3%2 " "$tmp/dry.lines" || fail "campaign: no 4-task array with %2"
+for f in "$tmp"/work-campaign/camp/tasks/*/task.json; do
+  i=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["index"])' "$f")
+  grep -qxF "array task $i: $(cat "$f")" "$tmp/dry" || fail "campaign: task $i's config not printed as $f"
+done
+[ "$(grep -c '^array task ' "$tmp/dry")" -eq 4 ] || fail "campaign: expected 4 task configs"
+echo "campaign: the 4 array tasks' configs printed as written"
+
+# 3. `bash slurm/pretrain_4m.sh` at scale 4m: its own #SBATCH resources, then (no shards) the whole
+#    chain after it, as `bash slurm/pipeline.sh submit` submits it.
+export FNVLP_SCALE=4m FNVLP_WORK=$tmp/work-4m
+FNVLP_DRY_RUN=1 bash "$src/slurm/pretrain_4m.sh" >/dev/null 2>"$tmp/dry" ||
+  { cat "$tmp/dry"; fail "pretrain_4m.sh: dry run failed"; }
+[ ! -e "$FNVLP_WORK" ] || fail "pretrain_4m.sh: the dry run wrote $FNVLP_WORK"
+head -1 < <(grep '^sbatch ' "$tmp/dry") | grep -q -- \
+  '--job-name=fnvlp-pretrain-4m --nodes=4 --ntasks-per-node=8 --gpus-per-node=8 ' ||
+  fail "pretrain_4m.sh: the entry job's #SBATCH resources are not printed first"
+[ "$(grep -c '^sbatch ' "$tmp/dry")" -eq 7 ] || fail "pretrain_4m.sh: expected the entry + 6 stages"
+echo "pretrain_4m.sh: entry job (4 nodes x 8 GPUs) + the 6-stage chain printed"
+echo PASS
