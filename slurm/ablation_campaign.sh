@@ -5,9 +5,10 @@
 # MATRIX.yaml (slurm/campaigns/): name, methods (slurm/methods.sh names or `custom` ones), seeds,
 # concurrency (%N of the array), set (overrides for every task), custom (name -> overrides).
 # Jobs: shard (kept when the shards verify) -> array over methods x seeds (%A_%a; each task
-# pretrains, then evaluates, into CAMPAIGN/tasks/<method>-s<seed>/) -> collect (results.csv,
-# results.md, fnvlp-report --campaign). Array index = method position * len(seeds) + seed
-# position, written to CAMPAIGN/index.tsv before anything is submitted.
+# pretrains, then evaluates, into CAMPAIGN/tasks/<method>-s<seed>/) -> collect, afterany
+# (results.csv, results.md with failed cells marked, fnvlp-report --campaign); --wait exits
+# non-zero when a cell failed, after printing the table. Array index = method position *
+# len(seeds) + seed position, written to CAMPAIGN/index.tsv before anything is submitted.
 set -euo pipefail
 FNVLP_ROOT=${FNVLP_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 # shellcheck source=slurm/common.sh
@@ -119,7 +120,8 @@ shard_id=$(fnvlp_submit_stage shard "")
 array_id=$(fnvlp_submit "${task_opts[@]}" "${site[@]}" --array="0-$((n - 1))%$concurrency" \
   "$(fnvlp_afterok "$shard_id")" "$FNVLP_ROOT/slurm/campaign_task.sh" "$camp")
 read -r -a copts <<<"$(fnvlp_small_job_opts 1 "fnvlp-collect-$name")"
-collect_id=$(fnvlp_submit "${copts[@]}" "${site[@]}" "$(fnvlp_afterok "$array_id")" \
+# afterany: the table is made whatever the tasks' outcome, failed cells marked in it.
+collect_id=$(fnvlp_submit "${copts[@]}" "${site[@]}" "--dependency=afterany:$array_id" \
   "$FNVLP_ROOT/slurm/campaign_collect.sh" "$camp")
 if fnvlp_dry_run; then
   fnvlp_log "dry run: nothing submitted, nothing written to $camp"
@@ -129,7 +131,12 @@ printf 'shard\t%s\narray\t%s\ncollect\t%s\n' "$shard_id" "$array_id" "$collect_i
 fnvlp_log "submitted shard $shard_id -> array $array_id (0-$((n - 1))%$concurrency) -> collect $collect_id"
 fnvlp_log "results: $camp/results.md, $camp/results.csv, report $camp/report/"
 if [ "$wait" -eq 1 ]; then
-  fnvlp_wait_jobs "$shard_id" "$array_id" "$collect_id"
-  fnvlp_log "campaign $name completed"
+  # A failed shard job leaves the array and so the collect job waiting forever: cancelled.
+  fnvlp_wait_jobs "$shard_id" || { scancel "$array_id" "$collect_id" 2>/dev/null || true; exit 1; }
+  fnvlp_wait_jobs "$collect_id" || exit 1
   cat "$camp/results.md"
+  if grep -q '^| .* | failed (' "$camp/results.md"; then
+    fnvlp_die "campaign $name: failed cells (marked in $camp/results.md)"
+  fi
+  fnvlp_log "campaign $name completed"
 fi

@@ -36,9 +36,9 @@ recorded() {
 import re, sys
 names = dict(l.rstrip("\n").split("\t") for l in open(sys.argv[2]))
 for line in open(sys.argv[1]):
-    print(re.sub(r"(afterok(?::[0-9]+)+)",
-                 lambda m: "afterok" + "".join(":" + names[i] + ".dry"
-                                               for i in m.group(1).split(":")[1:]),
+    print(re.sub(r"(after(?:ok|any))((?::[0-9]+)+)",
+                 lambda m: m.group(1) + "".join(":" + names[i] + ".dry"
+                                                for i in m.group(2).split(":")[1:]),
                  line.rstrip("\n")))
 PY
 }
