@@ -105,6 +105,9 @@ export FNVLP_PRETRAIN_SET=${FNVLP_PRETRAIN_SET:-}
 export FNVLP_FT_SET=${FNVLP_FT_SET:-}
 export FNVLP_FN_ALPHA=${FNVLP_FN_ALPHA:-0.01}
 export FNVLP_SEED=${FNVLP_SEED:-42}
+# Requeues of one pretraining run (preemption, time limit) before it is failed instead: counted in
+# RUN/requeues.tsv, so a job that keeps being preempted without progress cannot loop forever.
+export FNVLP_MAX_REQUEUES=${FNVLP_MAX_REQUEUES:-20}
 
 # Shard directories the stages read.
 export FNVLP_SHARDS=${FNVLP_SHARDS:-$FNVLP_WORK/shards}
@@ -371,12 +374,21 @@ fnvlp_pretrain() {
   [ -z "$FNVLP_WARMUP" ] || args+=(--set "optim.warmup_steps=$FNVLP_WARMUP")
   for kv in $FNVLP_PRETRAIN_SET; do args+=(--set "$kv"); done
 
+  local log=$FNVLP_RUN/requeues.tsv requeues
+  requeues=$( [ -f "$log" ] && wc -l <"$log" || echo 0)
+  [ "$requeues" -le "$FNVLP_MAX_REQUEUES" ] ||
+    fnvlp_die "$FNVLP_RUN was requeued $requeues times, more than FNVLP_MAX_REQUEUES=$FNVLP_MAX_REQUEUES ($log): not started again"
+
   trap 'fnvlp_forward_signal USR1' USR1
   trap 'fnvlp_forward_signal TERM' TERM
   trap fnvlp_forward_export USR2
   fnvlp_run_ranks "$FNVLP_RANKS" "$bin" "${args[@]}" || rc=$?
   trap - USR1 TERM USR2
   if [ "$rc" -eq 3 ]; then
+    requeues=$((requeues + 1))
+    printf '%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "${SLURM_JOB_ID:-none}" "${SLURM_RESTART_COUNT:-0}" >>"$log"
+    [ "$requeues" -le "$FNVLP_MAX_REQUEUES" ] ||
+      fnvlp_die "checkpointed and stopped (exit 3), but this would be requeue $requeues of $FNVLP_RUN, above FNVLP_MAX_REQUEUES=$FNVLP_MAX_REQUEUES ($log): not requeued (the checkpoint stays; raise the limit or remove $log to go on)"
     # The ranks saved a committed checkpoint: put the job back in the queue (same id, so the
     # afterok dependents keep waiting); the next start resumes from that checkpoint.
     fnvlp_log "ranks stopped with the requeue code 3: scontrol requeue $SLURM_JOB_ID"

@@ -6,6 +6,8 @@
 #             resumes (--resume auto);
 #  requeue:   `scontrol requeue` mid-training (SIGTERM to the job) -> the same.
 # Each ends COMPLETED after a restart with metrics identical to the reference at every step.
+#  bounded:   USR1 with FNVLP_MAX_REQUEUES=0 -> the ranks checkpoint and exit 3, the requeue is
+#             counted in RUN/requeues.tsv and refused: the job ends FAILED, naming the limit.
 set -euo pipefail
 # shellcheck source=tests/integration/slurm/lib.sh
 source "$(dirname "$0")/lib.sh" "$1" "$2" preempt
@@ -45,6 +47,18 @@ for mode in usr1 requeue; do
   fi
   echo "$mode job $id: COMPLETED after $restarts restart(s)"
 done
+
+echo "== bounded"
+id=$(FNVLP_MAX_REQUEUES=0 submit bounded)
+wait_lines "$FNVLP_WORK/bounded" 4
+scancel --batch --signal=USR1 "$id"
+if fnvlp_wait_jobs "$id" 2>/dev/null; then fail "bounded: job $id completed despite FNVLP_MAX_REQUEUES=0"; fi
+[ "$(job_field "$id" JobState)" = FAILED ] || fail "bounded: job $id is $(job_field "$id" JobState)"
+[ "$(job_field "$id" Restarts)" -eq 0 ] || fail "bounded: job $id was restarted"
+grep -q 'above FNVLP_MAX_REQUEUES=0' "$FNVLP_LOGS/fnvlp-bounded-$id.out" ||
+  fail "bounded: the log does not name the requeue limit"
+[ "$(wc -l <"$FNVLP_WORK/bounded/requeues.tsv")" -eq 1 ] || fail "bounded: requeues.tsv does not hold one line"
+echo "bounded job $id: FAILED at its first requeue, requeues.tsv counted it"
 
 /usr/bin/python3 - "$FNVLP_WORK" <<'PY'
 import json, sys
