@@ -34,6 +34,20 @@ void flip_last_byte(const std::string& path) {
   f.put(static_cast<char>(c ^ 0x01));
 }
 
+// The CollectiveError every rank must throw for DIR ("" and a test failure when a rank does not);
+// returns after a barrier, so rank 0 may then remove DIR.
+std::string agreed_error(const Comm& comm, const std::string& dir) {
+  std::string what;
+  try {
+    fnvlp::data::verify_shard_checksums(comm, dir);
+    ADD_FAILURE() << "no error on rank " << comm.rank();
+  } catch (const fnvlp::CollectiveError& e) {
+    what = e.what();
+  }
+  comm.barrier();
+  return what;
+}
+
 TEST(VerifyShardChecksums, AcceptsMatchingShardsOnEveryRank) {
   Comm comm;
   const std::string dir = shared_dataset(comm, "ok");
@@ -47,16 +61,10 @@ TEST(VerifyShardChecksums, AChangedByteFailsEveryRankNamingTheFile) {
   const std::string dir = shared_dataset(comm, "flip");
   if (comm.is_root()) flip_last_byte(dir + "/shard-00001.h5");
   comm.barrier();
-  try {
-    fnvlp::data::verify_shard_checksums(comm, dir);
-    FAIL() << "no error on rank " << comm.rank();
-  } catch (const fnvlp::CollectiveError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("shard-00001.h5: sha256 "), std::string::npos) << what;
-    EXPECT_NE(what.find("not opened"), std::string::npos) << what;
-    EXPECT_EQ(what.find("shard-00000.h5"), std::string::npos) << what;
-  }
-  comm.barrier();
+  const std::string what = agreed_error(comm, dir);
+  EXPECT_NE(what.find("shard-00001.h5: sha256 "), std::string::npos) << what;
+  EXPECT_NE(what.find("not opened"), std::string::npos) << what;
+  EXPECT_EQ(what.find("shard-00000.h5"), std::string::npos) << what;
   if (comm.is_root()) fs::remove_all(dir);
 }
 
@@ -68,15 +76,9 @@ TEST(VerifyShardChecksums, MissingAndTruncatedShardsAreNamed) {
     fs::resize_file(dir + "/shard-00001.h5", 100);
   }
   comm.barrier();
-  try {
-    fnvlp::data::verify_shard_checksums(comm, dir);
-    FAIL() << "no error on rank " << comm.rank();
-  } catch (const fnvlp::CollectiveError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("shard-00000.h5: missing (listed in "), std::string::npos) << what;
-    EXPECT_NE(what.find("shard-00001.h5: 100 bytes, "), std::string::npos) << what;
-  }
-  comm.barrier();
+  const std::string what = agreed_error(comm, dir);
+  EXPECT_NE(what.find("shard-00000.h5: missing (listed in "), std::string::npos) << what;
+  EXPECT_NE(what.find("shard-00001.h5: 100 bytes, "), std::string::npos) << what;
   if (comm.is_root()) fs::remove_all(dir);
 }
 

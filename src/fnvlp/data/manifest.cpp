@@ -1,5 +1,6 @@
 #include "fnvlp/data/manifest.hpp"
 
+#include <climits>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -48,6 +49,37 @@ json Manifest::to_json() const {
 
 namespace {
 int64_t integer(const json& v) { return json_integer<int64_t>(v); }
+
+void in_range(const std::string& context, const std::string& key, int64_t v, int64_t lo,
+              int64_t hi) {
+  FNVLP_CHECK(v >= lo && v <= hi,
+              context << ": " << key << " is " << v << ", outside [" << lo << ", " << hi << "]");
+}
+
+// The values that size allocations (pair and image tables, coverage bitmaps) are bounded before
+// anything uses them: by the schema's limits, and the pairs and images a shard claims by the bytes
+// they need in it, where `bytes` must equal the file's size before the file is opened. So a
+// manifest cannot make a reader allocate more than the shards on disk hold.
+void check_sizes(const Manifest& m, const std::string& context) {
+  in_range(context, "image_size", m.image_size, 1, 4096);
+  in_range(context, "max_len", m.max_len, 2, 32767);
+  in_range(context, "vocab.size", m.vocab_size, 1, INT32_MAX);
+  const int64_t pair_bytes = 4 * m.max_len + 30;  // tokens, pair_image/id, image_id, length, label
+  const int64_t image_bytes = 3 * m.image_size * m.image_size;
+  int64_t total_bytes = 0;
+  for (const auto& s : m.shards) {
+    const std::string key = "shard " + s.file;
+    in_range(context, key + " bytes", s.bytes, 0, INT64_MAX / 2);
+    in_range(context, key + " first_pair_id", s.first_pair_id, 0, INT64_MAX / 2);
+    in_range(context, key + " num_pairs", s.num_pairs, 0, s.bytes / pair_bytes);
+    in_range(context, key + " num_images", s.num_images, 0, s.bytes / image_bytes);
+    total_bytes += s.bytes;
+    FNVLP_CHECK(total_bytes <= INT64_MAX / 2, context << ": shard bytes overflow");
+  }
+  in_range(context, "num_pairs", m.num_pairs, 0, total_bytes / pair_bytes);
+  in_range(context, "num_images", m.num_images, 0, total_bytes / image_bytes);
+}
+
 }  // namespace
 
 Manifest Manifest::from_json(const json& j, const std::string& context) {
@@ -103,6 +135,7 @@ Manifest Manifest::from_json(const json& j, const std::string& context) {
   } catch (const std::invalid_argument& e) {
     FNVLP_FAIL(context << ": malformed manifest: " << e.what());
   }
+  check_sizes(m, context);
   return m;
 }
 

@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 
 #include "dataset_fixture.hpp"
@@ -76,6 +79,58 @@ TEST(ShardFormat, SameContentGivesSameBytes) {
   testutil::write_test_dataset(tmpdir("repro_b"));
   EXPECT_EQ(sha256_file(tmpdir("repro_a") + "/shard-00000.h5"),
             sha256_file(tmpdir("repro_b") + "/shard-00000.h5"));
+}
+
+// Issue 28: shards (and every other HDF5 file fnvlp writes) carry metadata checksums, so a
+// flipped byte in an object header is refused by libhdf5 instead of decoded; the files of the
+// older format (superblock v0, unchecksummed headers) still read.
+TEST(ShardFormat, MetadataIsChecksummedAndOldFormatFilesStillRead) {
+  const auto dir = tmpdir("metadata_checksums");
+  testutil::write_test_dataset(dir);
+  const auto path = dir + "/shard-00000.h5";
+  auto bytes = slurp(path);
+  ASSERT_GT(bytes.size(), 9u);
+  EXPECT_EQ(bytes[8], 3) << "superblock version";  // v3: the 1.10 format, checksummed
+  // Version-2 object headers (root group and each dataset), each with its own checksum.
+  const std::string sig = "OHDR";
+  std::vector<size_t> headers;
+  for (auto it = bytes.begin();
+       (it = std::search(it, bytes.end(), sig.begin(), sig.end())) != bytes.end(); ++it)
+    headers.push_back(static_cast<size_t>(it - bytes.begin()));
+  ASSERT_GE(headers.size(), 8u) << "checksummed object headers in " << path;
+
+  // One flipped byte inside any object header's messages (past its signature, version and
+  // flags): the checksum fails and reading the shard is an error, nothing decoded from it.
+  const size_t image_bytes = testutil::kImageSize * testutil::kImageSize * 3;
+  const auto read_all = [&] {
+    data::ShardReader r(path);
+    r.read_pairs();
+    std::vector<uint8_t> img(static_cast<size_t>(r.num_images()) * image_bytes);
+    r.read_images(0, r.num_images(), img.data());
+  };
+  for (const size_t at : headers) {
+    SCOPED_TRACE("object header at byte " + std::to_string(at));
+    bytes[at + 8] ^= 0x01;
+    spit(path, bytes);
+    EXPECT_THROW(read_all(), Error);
+    bytes[at + 8] ^= 0x01;
+  }
+  spit(path, bytes);
+  EXPECT_NO_THROW(read_all());
+
+  // The older format, as shards written before this change: h5repack with the default bounds.
+  const auto old_path = dir + "/old-format.h5";
+  const std::string cmd = "h5repack --low=0 --high=2 '" + path + "' '" + old_path + "'";
+  if (std::system(("command -v h5repack >/dev/null && " + cmd).c_str()) != 0)
+    GTEST_SKIP() << "h5repack (Debian hdf5-tools) not found or failed: " << cmd;
+  EXPECT_EQ(slurp(old_path)[8], 0) << "superblock version of the repacked file";
+  data::ShardReader old_reader(old_path), reader(path);
+  EXPECT_EQ(old_reader.header().vocab_sha256, reader.header().vocab_sha256);
+  EXPECT_EQ(old_reader.read_pairs().tokens, reader.read_pairs().tokens);
+  std::vector<uint8_t> x(image_bytes), y(image_bytes);
+  old_reader.read_images(1, 1, x.data());
+  reader.read_images(1, 1, y.data());
+  EXPECT_EQ(x, y);
 }
 
 TEST(ShardFormat, WrongSchemaVersionIsRejectedByName) {
@@ -192,6 +247,35 @@ TEST(Verify, ManifestShardFilesStayInTheShardDirectory) {
     m.shards[0].file = good;
     m.save(dir);
   }
+  EXPECT_TRUE(data::verify_dataset(dir).ok()) << verify_text(dir);
+}
+
+// Issue 28: a manifest cannot make a reader allocate more than its shards hold.
+TEST(Verify, ManifestCountsAreBoundedBeforeTheyAreUsed) {
+  const auto dir = tmpdir("verify_bounds");
+  testutil::write_test_dataset(dir);
+  const auto good = data::Manifest::load(dir);
+  const std::vector<std::pair<std::string, std::function<void(data::Manifest&)>>> cases = {
+      {"num_images is 1000000000000000", [](auto& m) { m.num_images = 1'000'000'000'000'000; }},
+      {"num_pairs is -1", [](auto& m) { m.num_pairs = -1; }},
+      {"num_pairs is 1000000000000", [](auto& m) { m.shards[0].num_pairs = 1'000'000'000'000; }},
+      {"num_images is 100000", [](auto& m) { m.shards[1].num_images = 100'000; }},
+      {"image_size is 100000", [](auto& m) { m.image_size = 100'000; }},
+      {"max_len is 1,", [](auto& m) { m.max_len = 1; }},
+  };
+  for (const auto& [expected, mutate] : cases) {
+    SCOPED_TRACE(expected);
+    auto m = good;
+    mutate(m);
+    m.save(dir);
+    try {
+      data::Manifest::load(dir);
+      ADD_FAILURE() << "loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  }
+  good.save(dir);
   EXPECT_TRUE(data::verify_dataset(dir).ok()) << verify_text(dir);
 }
 
