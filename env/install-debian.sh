@@ -16,8 +16,8 @@ packages=(
   libcxxopts-dev libgtest-dev libgmock-dev nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev libssl-dev libicu-dev
   libfaiss-dev
-  # scheduler
-  slurm-wlm munge
+  # scheduler; Lmod for the module of env/modules (tests: env.lmod_module)
+  slurm-wlm munge lmod
   # script lint (tests: slurm.lint)
   shellcheck
   # plots, benchmarks, reference scripts (Debian's python, not a venv)
