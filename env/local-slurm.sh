@@ -4,6 +4,15 @@
 # one node with this machine's CPUs and memory. Every file it writes (config, key, sockets, state,
 # spool, logs, pid files) lies under $FNVLP_SLURM_DIR (default /var/tmp/fnvlp-slurm).
 #
+# FNVLP_SLURM_NODES=N (N > 1) starts a separate N-node cluster on this one machine instead: each
+# node is a slurmd in its own network and UTS namespace (ip netns fnvlp-nI, hostname fnvlp-nI,
+# address 10.77.0.(10+I)), joined by veth pairs to a bridge fnvlp-br0 (10.77.0.1) on which
+# slurmctld listens (port 6827, so the single-node cluster can run beside it). Ranks on different
+# nodes see different hostnames and talk over TCP between the namespaces, as on real hosts; each
+# node has its own /tmp ($FNVLP_SLURM_DIR/tmp/fnvlp-nI), so files jobs share must lie elsewhere.
+# Its files lie under $FNVLP_SLURM_DIR (default /var/tmp/fnvlp-slurm-Nn); stop removes the
+# namespaces, the veth pairs and the bridge.
+#
 #   env/local-slurm.sh start    start what is not running; reuse a healthy cluster (idempotent)
 #   env/local-slurm.sh stop     stop the daemons this script started (idempotent)
 #   env/local-slurm.sh status   exit 0 when the controller answers and the node takes jobs
@@ -12,8 +21,22 @@
 # Clients (sbatch, squeue, srun) find the config through SLURM_CONF; slurm/common.sh sets it
 # when /etc/slurm/slurm.conf is absent, and `eval "$(env/local-slurm.sh env)"` does it by hand.
 set -euo pipefail
-dir=${FNVLP_SLURM_DIR:-/var/tmp/fnvlp-slurm}
+nodes=${FNVLP_SLURM_NODES:-1}
+case "$nodes" in
+  [1-9]) ;;
+  *)
+    echo "local-slurm: error: FNVLP_SLURM_NODES=$nodes: expected 1 to 9" >&2
+    exit 2
+    ;;
+esac
+if [ "$nodes" -eq 1 ]; then
+  dir=${FNVLP_SLURM_DIR:-/var/tmp/fnvlp-slurm}
+else
+  dir=${FNVLP_SLURM_DIR:-/var/tmp/fnvlp-slurm-${nodes}n}
+fi
 conf=$dir/etc/slurm.conf
+bridge=fnvlp-br0
+net=10.77.0
 sock=$dir/munge/munge.socket.2
 
 log() { echo "local-slurm: $*"; }
@@ -22,9 +45,12 @@ die() {
   exit 1
 }
 
-# The config a client would use: ours when it exists and nothing else was set up.
+# The config a client would use: ours when it exists and nothing else was set up (the
+# multi-node cluster is always ours).
 client_conf() {
-  if [ -n "${SLURM_CONF:-}" ]; then
+  if [ "$nodes" -gt 1 ]; then
+    echo "$conf"
+  elif [ -n "${SLURM_CONF:-}" ]; then
     echo "$SLURM_CONF"
   elif [ -f /etc/slurm/slurm.conf ]; then
     echo /etc/slurm/slurm.conf
@@ -39,17 +65,23 @@ live_pid() {
   kill -0 "$pid" 2>/dev/null && echo "$pid"
 }
 
-# Healthy = controller answers and the node is in a state that runs jobs.
+# Healthy = controller answers and every node is in a state that runs jobs.
 healthy() {
-  local c state
+  local c state s
   c=$(client_conf)
   [ -f "$c" ] || return 1
   SLURM_CONF=$c timeout 10 scontrol ping 2>/dev/null | grep -q 'is UP' || return 1
-  state=$(SLURM_CONF=$c timeout 10 sinfo -h -N -o '%t' 2>/dev/null | head -1)
-  case "$state" in
-    idle* | mix* | alloc* | comp*) return 0 ;;
-    *) return 1 ;;
-  esac
+  state=$(SLURM_CONF=$c timeout 10 sinfo -h -N -o '%t' 2>/dev/null | sort -u | tr '\n' ' ')
+  [ -n "$state" ] || return 1
+  for s in $state; do
+    case "$s" in
+      idle* | mix* | alloc* | comp*) ;;
+      *) return 1 ;;
+    esac
+  done
+  if [ "$nodes" -gt 1 ]; then
+    [ "$(SLURM_CONF=$c timeout 10 sinfo -h -N -o '%N' 2>/dev/null | sort -u | wc -l)" -eq "$nodes" ] || return 1
+  fi
 }
 
 # The running cluster's config equals what write_conf would write now (timestamp aside).
@@ -68,6 +100,38 @@ conf_current() {
   return 1
 }
 
+node_name() { if [ "$nodes" -eq 1 ]; then echo localhost; else echo "fnvlp-n$1"; fi; }
+node_addr() { echo "$net.$((10 + $1))"; }
+
+# The lines that differ between the single-node and the namespaced multi-node cluster.
+node_conf() {
+  local i
+  if [ "$1" = head ]; then
+    if [ "$nodes" -eq 1 ]; then
+      printf '%s\n' ClusterName=fnvlp-local SlurmctldHost=localhost
+    else
+      printf '%s\n' "ClusterName=fnvlp-${nodes}node" "SlurmctldHost=$(hostname -s)($net.1)" \
+        SlurmctldPort=6827 SlurmdPort=6818
+    fi
+    return
+  fi
+  if [ "$nodes" -eq 1 ]; then
+    printf '%s\n' "SlurmdSpoolDir=$dir/spool" "SlurmdPidFile=$dir/run/slurmd.pid" \
+      "SlurmdLogFile=$dir/log/slurmd.log" \
+      "NodeName=localhost CPUs=$2 RealMemory=$3 State=UNKNOWN" \
+      "PartitionName=local Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES"
+    return
+  fi
+  # Several slurmd on one machine: per-node spool, pid and log files (%n = node name). The nodes
+  # share the machine's memory, so each declares its share.
+  printf '%s\n' "SlurmdSpoolDir=$dir/spool/%n" "SlurmdPidFile=$dir/run/slurmd-%n.pid" \
+    "SlurmdLogFile=$dir/log/slurmd-%n.log"
+  for i in $(seq 1 "$nodes"); do
+    echo "NodeName=$(node_name "$i") NodeAddr=$(node_addr "$i") NodeHostname=$(node_name "$i") CPUs=$2 RealMemory=$(($3 / nodes)) State=UNKNOWN"
+  done
+  echo "PartitionName=local Nodes=fnvlp-n[1-$nodes] Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES"
+}
+
 write_conf() {
   local cpus mem_mib
   # nproc honours OMP_NUM_THREADS (set to 1 by the test environment): ask for every CPU.
@@ -76,9 +140,8 @@ write_conf() {
   mem_mib=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
   mkdir -p "$dir/etc" "$dir/state" "$dir/spool" "$dir/log" "$dir/run"
   cat >"$conf.tmp" <<EOF
-# Written by env/local-slurm.sh: single-node SLURM on localhost ($(date -u +%FT%TZ)).
-ClusterName=fnvlp-local
-SlurmctldHost=localhost
+# Written by env/local-slurm.sh: $nodes-node SLURM on this machine ($(date -u +%FT%TZ)).
+$(node_conf head)
 AuthType=auth/munge
 CredType=cred/munge
 # cred_expire also sets how long a requeued job waits before it may start again (default 120 s).
@@ -99,16 +162,12 @@ JobRequeue=1
 JobCompType=jobcomp/filetxt
 JobCompLoc=$dir/log/jobcomp.log
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
 SlurmctldPidFile=$dir/run/slurmctld.pid
-SlurmdPidFile=$dir/run/slurmd.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
 PlugStackConfig=$dir/etc/plugstack.conf
 KillWait=30
 InactiveLimit=0
-NodeName=localhost CPUs=$cpus RealMemory=$mem_mib State=UNKNOWN
-PartitionName=local Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+$(node_conf nodes "$cpus" "$mem_mib")
 EOF
   : >"$dir/etc/plugstack.conf"
   mv "$conf.tmp" "$conf"
@@ -139,6 +198,75 @@ start_munge() {
   die "munged did not come up; see $dir/munge/log/munged.log"
 }
 
+slurmd_pid_file() {
+  if [ "$nodes" -eq 1 ]; then echo "$dir/run/slurmd.pid"; else echo "$dir/run/slurmd-$(node_name "$1").pid"; fi
+}
+
+# The namespaces, veth pairs and bridge of the multi-node cluster (idempotent).
+start_net() {
+  local i ns
+  command -v ip >/dev/null || die "ip not found: install iproute2"
+  if ! ip link show "$bridge" >/dev/null 2>&1; then
+    if ip -4 route show | grep -q "^$net\.0/24"; then
+      die "$net.0/24 is already routed on this machine: the namespaced cluster needs it for itself"
+    fi
+    ip link add "$bridge" type bridge || die "cannot create bridge $bridge (needs CAP_NET_ADMIN)"
+    ip addr add "$net.1/24" dev "$bridge"
+    ip link set "$bridge" up
+  fi
+  for i in $(seq 1 "$nodes"); do
+    ns=$(node_name "$i")
+    ip netns list | grep -qw "^$ns" || ip netns add "$ns" || die "cannot create network namespace $ns"
+    if ! ip link show "fnvlp-v$i" >/dev/null 2>&1; then
+      ip link add "fnvlp-v$i" type veth peer name eth0 netns "$ns"
+      ip link set "fnvlp-v$i" master "$bridge" up
+      ip -n "$ns" addr add "$(node_addr "$i")/24" dev eth0
+      ip -n "$ns" link set eth0 up
+      ip -n "$ns" link set lo up
+    fi
+  done
+}
+
+stop_net() {
+  local i ns
+  for i in $(seq 1 "$nodes"); do
+    ns=$(node_name "$i")
+    ip link del "fnvlp-v$i" 2>/dev/null || true
+    if ip netns list | grep -qw "^$ns"; then
+      ip netns del "$ns"
+      log "removed network namespace $ns"
+    fi
+  done
+  if ip link show "$bridge" >/dev/null 2>&1; then
+    ip link del "$bridge"
+    log "removed bridge $bridge"
+  fi
+}
+
+start_slurmd() {
+  local i name
+  if [ "$nodes" -eq 1 ]; then
+    live_pid "$(slurmd_pid_file 1)" >/dev/null || slurmd -f "$conf" ||
+      die "slurmd failed; see $dir/log/slurmd.log"
+    return
+  fi
+  for i in $(seq 1 "$nodes"); do
+    name=$(node_name "$i")
+    live_pid "$(slurmd_pid_file "$i")" >/dev/null && continue
+    mkdir -p "$dir/spool/$name"
+    # Own network namespace (address) and UTS namespace (hostname): a host of its own to slurmd,
+    # srun and MPI; and a mount namespace whose /tmp is the node's own (node-local, as on a
+    # cluster: SLURM's pmix plugin keeps per-step directories there under names without the
+    # node). slurmd daemonizes inside them. nsenter, not `ip netns exec`, which mounts a fresh
+    # /sys without the cgroup filesystem slurmd reads.
+    install -d -m 1777 "$dir/tmp/$name"
+    # shellcheck disable=SC2016 # expanded by the inner sh
+    nsenter --net="/run/netns/$name" unshare --uts --mount --propagation private -- sh -c \
+      'mount --bind "$3" /tmp && hostname "$1" && exec slurmd -f "$2" -N "$1"' \
+      sh "$name" "$conf" "$dir/tmp/$name" || die "slurmd of $name failed; see $dir/log/slurmd-$name.log"
+  done
+}
+
 start() {
   if healthy; then
     if [ "$(client_conf)" = "$conf" ] && ! conf_current; then
@@ -150,7 +278,7 @@ start() {
     fi
   fi
   [ "$(id -u)" -eq 0 ] || die "start needs root (slurmctld and slurmd run as root here)"
-  for b in munged mungekey slurmctld slurmd scontrol sinfo; do
+  for b in munged mungekey slurmctld slurmd scontrol sinfo nsenter unshare; do
     command -v "$b" >/dev/null || die "$b not found: run env/install-debian.sh (slurm-wlm, munge)"
   done
   if [ -n "${SLURM_CONF:-}" ] && [ "$SLURM_CONF" != "$conf" ]; then
@@ -158,22 +286,23 @@ start() {
   fi
   mkdir -p "$dir"
   write_conf
+  [ "$nodes" -eq 1 ] || start_net
   start_munge
   export SLURM_CONF=$conf
   if ! live_pid "$dir/run/slurmctld.pid" >/dev/null; then
     slurmctld -f "$conf" || die "slurmctld failed; see $dir/log/slurmctld.log"
   fi
-  if ! live_pid "$dir/run/slurmd.pid" >/dev/null; then
-    slurmd -f "$conf" || die "slurmd failed; see $dir/log/slurmd.log"
-  fi
-  local state=""
+  start_slurmd
+  local state="" line
   for _ in $(seq 1 120); do
     if scontrol ping 2>/dev/null | grep -q 'is UP'; then
-      state=$(sinfo -h -N -o '%t' 2>/dev/null | head -1)
-      case "$state" in
-        idle* | mix* | alloc* | comp*) break ;;
-        down* | drain* | fail*) scontrol update NodeName=localhost State=RESUME 2>/dev/null || true ;;
-      esac
+      state=$(sinfo -h -N -o '%N %t' 2>/dev/null | sort -u)
+      healthy && break
+      while read -r line; do
+        case "${line#* }" in
+          down* | drain* | fail*) scontrol update NodeName="${line%% *}" State=RESUME 2>/dev/null || true ;;
+        esac
+      done <<<"$state"
     fi
     sleep 0.5
   done
@@ -184,9 +313,12 @@ start() {
 }
 
 stop() {
-  local name pid stopped=0
-  for name in slurmd slurmctld; do
-    if pid=$(live_pid "$dir/run/$name.pid"); then
+  local f name pid stopped=0
+  local i files=()
+  for i in $(seq 1 "$nodes"); do files+=("$(slurmd_pid_file "$i")"); done
+  for f in "${files[@]}" "$dir/run/slurmctld.pid"; do
+    name=$(basename "$f" .pid)
+    if pid=$(live_pid "$f"); then
       kill -TERM "$pid"
       for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
       kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
@@ -200,6 +332,7 @@ stop() {
     stopped=1
     log "stopped munged ($pid)"
   fi
+  if [ "$nodes" -gt 1 ]; then stop_net; fi
   [ "$stopped" -eq 1 ] || log "nothing of ours was running under $dir"
 }
 
@@ -207,7 +340,7 @@ status() {
   local c
   c=$(client_conf)
   if healthy; then
-    log "UP ($c): $(SLURM_CONF=$c sinfo -h -N -o '%N %t %c CPUs %m MiB' | head -1); $(SLURM_CONF=$c srun --mpi=list 2>&1 | tr '\n' ' ' | sed 's/  */ /g')"
+    log "UP ($c): $(SLURM_CONF=$c sinfo -h -N -o '%N %t %c CPUs %m MiB' | paste -sd ',' | sed 's/,/, /g'); $(SLURM_CONF=$c srun --mpi=list 2>&1 | tr '\n' ' ' | sed 's/  */ /g')"
     return 0
   fi
   log "DOWN ($c)"

@@ -50,6 +50,11 @@ export FNVLP_STAGES=${FNVLP_STAGES:-shard pretrain simstat report finetune eval}
 # Tools that may be missing: their stage logs SKIPPED and succeeds (campaign evaluation falls
 # back to the last zero-shot validation record of the pretraining run). Empty: missing = failure.
 export FNVLP_SKIP_MISSING=${FNVLP_SKIP_MISSING:-}
+# Nodes of the smoke pretraining job and of every stage job with several ranks (each job spreads
+# its ranks over min(ranks, FNVLP_NODES) nodes; the pretraining ranks must divide evenly). At 4m
+# the pretraining job's nodes are its #SBATCH lines.
+export FNVLP_NODES=${FNVLP_NODES:-1}
+case "$FNVLP_NODES" in '' | *[!0-9]* | 0) fnvlp_die "FNVLP_NODES=$FNVLP_NODES: expected a positive node count" ;; esac
 # Launcher: auto (srun --mpi=pmix inside an allocation when pmix is offered, else mpirun),
 # srun or mpirun.
 export FNVLP_LAUNCHER=${FNVLP_LAUNCHER:-auto}
@@ -272,8 +277,9 @@ fnvlp_afterok() {
 
 # sbatch options of the small single-node jobs (shard, analysis, evaluation) for `n` ranks.
 fnvlp_small_job_opts() {
-  local n=$1 name=$2
-  echo "--job-name=$name --nodes=1 --ntasks=$n --cpus-per-task=1 --time=$FNVLP_TIME --mem=$FNVLP_MEM --gpus-per-node=0"
+  local n=$1 name=$2 nodes=$FNVLP_NODES
+  [ "$n" -ge "$nodes" ] || nodes=$n
+  echo "--job-name=$name --nodes=$nodes --ntasks=$n --cpus-per-task=1 --time=$FNVLP_TIME --mem=$FNVLP_MEM --gpus-per-node=0"
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -73,7 +73,9 @@ fnvlp_stage_opts() {
     pretrain)
       echo "--job-name=fnvlp-pretrain"
       if [ "$FNVLP_SCALE" = smoke ]; then
-        echo "--nodes=1 --ntasks-per-node=$FNVLP_RANKS --cpus-per-task=1 --gpus-per-node=0 --mem=$FNVLP_MEM --time=$FNVLP_TIME"
+        [ $((FNVLP_RANKS % FNVLP_NODES)) -eq 0 ] ||
+          fnvlp_die "FNVLP_RANKS=$FNVLP_RANKS does not spread evenly over FNVLP_NODES=$FNVLP_NODES nodes"
+        echo "--nodes=$FNVLP_NODES --ntasks-per-node=$((FNVLP_RANKS / FNVLP_NODES)) --cpus-per-task=1 --gpus-per-node=0 --mem=$FNVLP_MEM --time=$FNVLP_TIME"
       fi
       ;;
   esac
