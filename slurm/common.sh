@@ -283,11 +283,28 @@ fnvlp_small_job_opts() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# Waiting (tests, README command 1, `--wait` options): polls scontrol until every job ended.
+# Waiting (tests, README command 1, `--wait` options): polls the jobs' states (scontrol, then
+# sacct once the controller has forgotten a job: fnvlp_job_records) until every job ended.
 # A job that fails, or one left pending with DependencyNeverSatisfied, ends the wait: the
 # reason is printed (with the failed job's log tail), the remaining jobs are cancelled, and the
 # function returns 1.
 fnvlp_job_field() { sed -En "s/(^|.*[[:space:]])$2=([^[:space:]]*).*/\2/p" <<<"$1" | head -1; }
+
+# A job's state as scontrol's one-line records (one per array task): from scontrol while the
+# controller remembers the job, from sacct (accounting) once it has forgotten it (MinJobAge,
+# 300 s by default on clusters), else a record with JobState=UNKNOWN.
+fnvlp_job_records() {
+  local out
+  if out=$(scontrol show job -o "$1" 2>/dev/null) && [ -n "$out" ]; then
+    echo "$out"
+  elif out=$(sacct -n -X -P -j "$1" -o JobIDRaw,State,Reason,JobName,ExitCode 2>/dev/null) &&
+    [ -n "$out" ]; then
+    # sacct's State may carry words after the state ("CANCELLED by 0"): keep the first.
+    awk -F'|' '{split($2, st, " "); printf "JobId=%s JobState=%s Reason=%s JobName=%s ExitCode=%s StateFrom=sacct\n", $1, st[1], ($3 == "" ? "None" : $3), $4, $5}' <<<"$out"
+  else
+    echo "JobId=$1 JobState=UNKNOWN Reason=not_found_by_scontrol_or_sacct"
+  fi
+}
 
 fnvlp_wait_jobs() {
   local timeout=${FNVLP_WAIT_TIMEOUT:-3600} t0 id line state reason pending failed=""
@@ -311,7 +328,7 @@ fnvlp_wait_jobs() {
             ;;
           *) failed="$failed $(fnvlp_job_field "$line" JobId):$state:$reason" ;;
         esac
-      done < <(scontrol show job -o "$id" 2>/dev/null || echo "JobId=$id JobState=UNKNOWN Reason=not_found_by_scontrol")
+      done < <(fnvlp_job_records "$id")
     done
     if [ -n "$failed" ]; then
       fnvlp_report_failure "$failed" "$@"
@@ -332,7 +349,7 @@ fnvlp_report_failure() {
   echo "fnvlp: error: the chain stopped:" >&2
   for item in $failed; do
     IFS=: read -r id state reason <<<"$item"
-    line=$(scontrol show job -o "$id" 2>/dev/null | head -1)
+    line=$(fnvlp_job_records "$id" | head -1)
     echo "  job $id ($(fnvlp_job_field "$line" JobName)): $state, reason $reason, exit $(fnvlp_job_field "$line" ExitCode)" >&2
     log=$(fnvlp_job_field "$line" StdOut)
     if [ "$state" != PENDING ] && [ -f "$log" ]; then
