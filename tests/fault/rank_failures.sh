@@ -2,7 +2,8 @@
 # Guarantees 4 and 5, injected through FNVLP_FAULT (no config change, no code change):
 #  - an exception on one rank at step k: every rank exits non-zero within 30 s;
 #  - a rank stalled at step k: the watchdog aborts the job (exit 4) naming a rank and step k;
-#  - a NaN loss on one rank: every rank skips that step, counted in metrics and summary;
+#  - a NaN loss on one rank: every rank skips that step, counted in metrics and summary; the
+#    skipped step changes no weight, optimizer or GloFND state; the count survives a resume;
 #    N in a row end the run on every rank.
 # (The fault.* config knobs for the same faults: tests/integration/pretrain_run.sh.)
 source "$(dirname "$0")/lib.sh"
@@ -42,6 +43,57 @@ print("  skipped_steps: step 4 -> 0, step 5 -> 1, summary 1")
 PY
 expect_output "step 4: non-finite loss on at least one rank; optimizer step skipped" "$work/c/logs/rank-0.log"
 expect_output "step 4: non-finite loss on at least one rank; optimizer step skipped" "$work/c/logs/rank-1.log"
+
+echo "== step.nan at step 4 with GloFND, a checkpoint every step: the skipped step changes no state"
+# Then rank 0 is killed at step 8 and the run resumes: skipped_steps survives the resume.
+ckpt=(--set negatives.method=glofnd --set checkpoint.every_steps=1 --set checkpoint.keep_last=20)
+export FNVLP_FAULT="step.nan:4:1,step.kill:8:0"
+expect_failure pretrain --out "$work/e" "${ckpt[@]}"
+unset FNVLP_FAULT
+expect_output "fault: step.kill fires on rank 0 at event 8" "$work/e/logs/rank-0.log"
+/usr/bin/python3 - "$work/e/checkpoints" <<'PY'
+import os, pickletools, sys, zipfile
+d = sys.argv[1]
+def lr_masked(pkl):
+    # The pickle's opcodes with each param group's lr value (the float right after the key "lr",
+    # pushed as a string or fetched from the memo) masked: the schedule sets it at each step.
+    memo, top, ops = {}, None, []
+    for op, arg, _ in pickletools.genops(pkl):
+        name = op.name
+        if name in ("BINPUT", "LONG_BINPUT", "MEMOIZE"):
+            memo[len(memo) if arg is None else arg] = top
+        elif name in ("BINGET", "LONG_BINGET"):
+            top = memo.get(arg)
+        elif name == "BINFLOAT" and top == "lr":
+            arg, top = "lr", None
+        else:
+            top = arg if name in ("BINUNICODE", "SHORT_BINUNICODE") else None
+        ops.append((name, arg))
+    return ops
+def content(step, name):
+    path = os.path.join(d, "step-%07d" % step, name)
+    if not name.endswith(".pt"):
+        return open(path, "rb").read()
+    z = zipfile.ZipFile(path)  # a torch archive: tensors in data/, the structure in data.pkl
+    return {n: lr_masked(z.read(n)) if n.endswith("data.pkl") else z.read(n) for n in z.namelist()}
+files = ["model.pt", "optimizer.pt", "glofnd_image.h5", "glofnd_text.h5"]
+moved = [f for f in files if content(3, f) != content(4, f)]
+assert moved == files, "a taken step must change every state file; unchanged: %s" % (set(files) - set(moved))
+changed = [f for f in files if content(4, f) != content(5, f)]
+assert not changed, "the skipped step (step 4 -> checkpoint step-0000005) changed " + ", ".join(changed)
+print("  step-0000004 -> step-0000005 (NaN skipped): model, optimizer moments and counts, GloFND "
+      "lambda/moments/counts bitwise unchanged; each changed over the taken step before")
+PY
+pretrain --out "$work/e" "${ckpt[@]}" --resume auto >"$work/out.txt" 2>&1 || { tail "$work/out.txt"; fail "resume after the kill"; }
+expect_output "resumed from .*step-0000008 \(step 8" "$work/e/logs/rank-0.log"
+/usr/bin/python3 - "$work/e" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1] + "/summary.json"))
+assert s["status"] == "completed" and s["steps"] == 14 and s["skipped_steps"] == 1, s
+last = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl") if '"itc"' in l][-1]
+assert last["skipped_steps"] == 1, last
+print("  resumed at step 8: skipped_steps 1 in the last metrics record and in summary.json")
+PY
 
 echo "== step.nan on rank 0 at steps 3-20, non_finite.max_consecutive=3: the run ends"
 expect_failure env FNVLP_FAULT="step.nan:3-20:0" \

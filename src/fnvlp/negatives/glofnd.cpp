@@ -55,9 +55,11 @@ torch::Tensor GlofndSide::update_and_filter(const torch::Tensor& cos, const torc
   const auto n_neg = negative.sum(1).to(torch::kLong).contiguous();
   const int64_t* a = above.data_ptr<int64_t>();
   const int64_t* n = n_neg.data_ptr<int64_t>();
+  undo_.clear();
   for (size_t r = 0; r < pair_ids.size(); ++r) {
     if (n[r] == 0) continue;  // no negative in the batch: no subgradient sample
     const size_t i = static_cast<size_t>(local(pair_ids[r]));
+    undo_.push_back({i, lambda_[i], m_[i], v_[i], count_[i]});
     // ∇̂_i = α − (1/|B_i⁻|) Σ 1[sim > λ_i]   (§3.2.1), then Adam with per-anchor bias correction.
     const double g = opt_.alpha - static_cast<double>(a[r]) / static_cast<double>(n[r]);
     const double m = opt_.beta1 * m_[i] + (1 - opt_.beta1) * g;
@@ -72,6 +74,17 @@ torch::Tensor GlofndSide::update_and_filter(const torch::Tensor& cos, const torc
     lam[r] = lambda_[i];
   }
   return above_threshold(cos, negative, lam);
+}
+
+void GlofndSide::undo_last_update() {
+  // Newest first: an anchor twice in one update gets its state from before the first.
+  for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) {
+    lambda_[it->i] = it->lambda;
+    m_[it->i] = it->m;
+    v_[it->i] = it->v;
+    count_[it->i] = it->count;
+  }
+  undo_.clear();
 }
 
 torch::Tensor GlofndSide::filter(const torch::Tensor& cos, const torch::Tensor& negative,

@@ -39,6 +39,9 @@ class GlofndSide {
   // negative & (cos > λ_updated) [b, N], as the algorithm updates λ before filtering (§3.2).
   torch::Tensor update_and_filter(const torch::Tensor& cos, const torch::Tensor& negative,
                                   const std::vector<int64_t>& pair_ids);
+  // Restores λ, the moments and the counts the last update_and_filter changed (a step skipped
+  // for a non-finite loss must not move them); a second call changes nothing.
+  void undo_last_update();
   // Exclusion mask with the current λ, no update (before the start epoch: false everywhere is
   // what the trainer wants; this is for evaluation and tests).
   torch::Tensor filter(const torch::Tensor& cos, const torch::Tensor& negative,
@@ -61,6 +64,12 @@ class GlofndSide {
   GlofndOptions opt_;
   std::vector<float> lambda_, m_, v_;
   std::vector<int32_t> count_;
+  struct Saved {
+    size_t i;
+    float lambda, m, v;
+    int32_t count;
+  };
+  std::vector<Saved> undo_;  // the anchors of the last update, as they were before it
 };
 
 // λ_I and λ_T of the rank's block.

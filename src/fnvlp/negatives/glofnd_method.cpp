@@ -30,11 +30,23 @@ void GlofndMethod::adjust_itc(StepContext& s, loss::ItcInputs& in) {
   const std::vector<int64_t> pids = to_vector(s.batch.pair_id);
   in.exclude_i2t = state_.image.update_and_filter(cos.i2t, s.negative, pids);
   in.exclude_t2i = state_.text.update_and_filter(cos.t2i, s.negative, pids);
+  step_anchors_ = pids.size();
   for (int64_t p : pids) {
     lambda_image_.push_back(state_.image.lambda(p));
     lambda_text_.push_back(state_.text.lambda(p));
   }
   fn_.record(in.exclude_i2t, in.exclude_t2i, s.negative, s.batch.label, s.label_all);
+}
+
+// The step's λ updates are undone and its λ leave the telemetry window; its filter counts stay
+// (they describe what the filter did in the forward pass that was computed).
+void GlofndMethod::skipped_step(StepContext& s) {
+  if (s.epoch < start_epoch_) return;
+  state_.image.undo_last_update();
+  state_.text.undo_last_update();
+  lambda_image_.resize(lambda_image_.size() - step_anchors_);
+  lambda_text_.resize(lambda_text_.size() - step_anchors_);
+  step_anchors_ = 0;
 }
 
 void GlofndMethod::telemetry(nlohmann::json& m) {

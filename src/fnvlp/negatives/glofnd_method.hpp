@@ -17,6 +17,7 @@ class GlofndMethod : public Method {
   GlofndMethod(const MethodEnv& env, double alpha, int64_t start_epoch, GlofndOptions opt);
   std::string name() const override { return "glofnd"; }
   void adjust_itc(StepContext& s, loss::ItcInputs& in) override;
+  void skipped_step(StepContext& s) override;
   void telemetry(nlohmann::json& m) override;
   void save(const std::string& dir) override;
   bool collective_save() const override { return true; }
@@ -30,6 +31,7 @@ class GlofndMethod : public Method {
   GlofndState state_;
   FilterTelemetry fn_;
   std::vector<float> lambda_image_, lambda_text_;  // λ of the window's anchors after their update
+  size_t step_anchors_ = 0;                        // of them, pushed by the current step
 };
 
 }  // namespace fnvlp::negatives

@@ -10,6 +10,9 @@
 //   mlm_loss          replaces the MLM loss (momentum distillation's soft labels)
 //   extra_losses      adds named weighted losses (TCL)
 //   after_step        after an optimizer step that was taken (momentum EMA, FALCON's policy update)
+//   skipped_step      instead, when the step was skipped (non-finite loss on some rank): undo what
+//                     the earlier hooks changed, so a skipped step leaves the method's state as it
+//                     was (GloFND's λ moves in adjust_itc, before the finiteness check)
 //   set_epoch_embeddings / epoch_end   between epochs (grouped samplers)
 //   telemetry         named metrics of a logging window (collective)
 //   save / load       checkpoint state (per global pair_id or per rank)
@@ -105,6 +108,7 @@ class Method {
   }
   virtual void extra_losses(StepContext& s, std::vector<NamedLoss>& out) {}
   virtual void after_step(StepContext& s) {}
+  virtual void skipped_step(StepContext& s) {}
 
   // The embeddings of this rank's block for `epoch` (computed at the end of epoch - 1, or read
   // back from its export on resume): float [block, E].

@@ -252,6 +252,7 @@ StepLosses Trainer::train_step(const data::Batch& batch) {
   clock_.lap(StepClock::kComm);
   skips_.record(!finite, step_);
   if (!finite) {
+    for (auto& m : methods_) m->skipped_step(s);  // GloFND's λ moved in itc_inputs: undone
     if (comm_.is_root())
       spdlog::warn("pretrain: non-finite loss at step {}: optimizer step skipped ({} in a row)",
                    step_, skips_.consecutive());

@@ -136,6 +136,7 @@ void Trainer::load_loop_state(const std::string& dir) {
   epoch_ = state.at("epoch").get<int64_t>();
   last_exported_epoch_ = state.value("last_exported_epoch", int64_t{-1});
   loop_step_in_epoch_ = state.at("step_in_epoch").get<int64_t>();
+  skips_.set_total(state.value("skipped_steps", int64_t{0}));
 }
 
 // The sampler's cursor is per rank; with another rank count the current epoch restarts from a

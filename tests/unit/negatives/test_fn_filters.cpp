@@ -89,6 +89,25 @@ TEST(NegativesGlofnd, FiltersOnlyNegativesAboveUpdatedLambda) {
   EXPECT_FALSE(after.masked_select(~negative).any().item<bool>());
 }
 
+// A step skipped for a non-finite loss undoes its λ update: λ, both moments and the update
+// counts return bitwise to their values before it (the bias correction would shift otherwise).
+TEST(NegativesGlofnd, UndoRestoresTheStateBeforeTheLastUpdate) {
+  GlofndOptions opt;
+  opt.alpha = 0.25;
+  GlofndSide side({0, 4}, opt);
+  torch::manual_seed(5);
+  const auto negative = torch::ones({3, 6}, torch::kBool);
+  side.update_and_filter(torch::rand({3, 6}) * 2 - 1, negative, {0, 1, 2});
+  const std::vector<float> after_first = side.export_rows();
+  // The second update touches anchor 1 twice and anchor 3, which the first never did.
+  side.update_and_filter(torch::rand({3, 6}) * 2 - 1, negative, {1, 3, 1});
+  ASSERT_NE(side.export_rows(), after_first);
+  side.undo_last_update();
+  EXPECT_EQ(side.export_rows(), after_first);
+  side.undo_last_update();  // nothing left to undo
+  EXPECT_EQ(side.export_rows(), after_first);
+}
+
 TEST(NegativesGlofnd, ProjectsToUnitIntervalAndOwnsOnlyItsBlock) {
   GlofndOptions opt;
   opt.lr = 1.0;
