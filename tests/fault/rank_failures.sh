@@ -2,6 +2,7 @@
 # Guarantees 4 and 5, injected through FNVLP_FAULT (no config change, no code change):
 #  - an exception on one rank at step k: every rank exits non-zero within 30 s;
 #  - a rank stalled at step k: the watchdog aborts the job (exit 4) naming a rank and step k;
+#  - each failure leaves summary.json: status failed, exit code, error, steps so far;
 #  - a NaN loss on one rank: every rank skips that step, counted in metrics and summary; the
 #    skipped step changes no weight, optimizer or GloFND state; the count survives a resume;
 #    N in a row end the run on every rank.
@@ -9,10 +10,32 @@
 source "$(dirname "$0")/lib.sh"
 make_data
 
+# A failed run's summary.json: expect_summary RUN EXIT_CODE ERROR_REGEX STEPS [FAILED_RANK|named]
+# (without FAILED_RANK: an error every rank agreed on, written by rank 0, no failed_rank key).
+expect_summary() {
+  /usr/bin/python3 - "$@" <<'PY'
+import json, re, sys
+run, code, pattern, steps = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+s = json.load(open(run + "/summary.json"))
+assert s["status"] == "failed" and s["exit_code"] == code, s
+assert re.search(pattern, s["error"]), "error %r lacks /%s/" % (s["error"], pattern)
+assert s["steps"] == steps, "steps %s, expected %d" % (s["steps"], steps)
+if len(sys.argv) > 5:  # "named": the rank the error names ("rank R made no progress")
+    want = sys.argv[5]
+    want = int(re.search(r"rank (\d+)", s["error"]).group(1)) if want == "named" else int(want)
+    assert s.get("failed_rank") == want, s
+else:
+    assert "failed_rank" not in s, s
+print("  summary.json: failed, exit %d, %d steps%s, error %r" % (code, steps,
+      ", rank %s" % s["failed_rank"] if "failed_rank" in s else "", s["error"][:90]))
+PY
+}
+
 echo "== step.throw on rank 1 at step 3"
 expect_failure env FNVLP_FAULT="step.throw:3:1" \
   "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" --data "$work/shards" "${common[@]}" --out "$work/a"
 expect_output "injected failure at step.throw event 3 on rank 1"
+expect_summary "$work/a" 1 "injected failure at step.throw event 3 on rank 1" 3 1
 # From the moment the fault fired (its log line on rank 1) to the end of the whole job: start-up
 # is excluded, it takes long on a loaded machine.
 fired=$(grep -m1 "fault: step.throw fires" "$work/a/logs/rank-1.log" | grep -oE "^[0-9T:.-]+" | tr T ' ')
@@ -27,6 +50,7 @@ expect_failure env FNVLP_FAULT="step.sleep:4:1:600" \
 expect_output "fault: step.sleep fires on rank 1 at event 4" "$work/b/logs/rank-1.log"
 expect_output "watchdog: rank [01] made no progress for [0-9.]+ s \(limit 20.0 s\); last reported step 4"
 [ "$rc" -eq 4 ] || fail "exit code $rc, expected the watchdog's 4"
+expect_summary "$work/b" 4 "made no progress .*last reported step 4" 4 named
 (( $(echo "$elapsed < 120" | bc) )) || fail "the watchdog took ${elapsed}s"
 grep -m1 -oE "watchdog: rank [01] made no progress[^;]*; last reported step 4, phase '[a-z]+'" "$work/out.txt"
 
@@ -101,4 +125,6 @@ expect_failure env FNVLP_FAULT="step.nan:3-20:0" \
   --set non_finite.max_consecutive=3
 expect_output "non-finite loss for 3 consecutive steps \(last: step 5"
 [ "$rc" -eq 1 ] || fail "exit code $rc, expected 1"
+# Steps 0-2 taken, 3 and 4 skipped, the run ends in step 5.
+expect_summary "$work/d" 1 "non-finite loss for 3 consecutive steps" 5
 echo "PASS"

@@ -167,8 +167,8 @@ void RunDir::write_config(const std::string& resolved_yaml) const {
   });
 }
 
-void RunDir::write_summary(const RunSummary& s) const {
-  if (!comm_.is_root()) return;
+void RunDir::write_summary(const RunSummary& s, bool this_rank) const {
+  if (!this_rank && !comm_.is_root()) return;
   json j = {{"status", to_string(s.status)},
             {"exit_code", s.exit_code},
             {"steps", s.steps},
@@ -180,6 +180,7 @@ void RunDir::write_summary(const RunSummary& s) const {
             {"finished_at", utc_now_iso8601()},
             {"final_metrics", s.final_metrics.is_null() ? json::object() : s.final_metrics}};
   if (!s.error.empty()) j["error"] = s.error;
+  if (this_rank) j["failed_rank"] = comm_.rank();
   if (s.extra.is_object())
     for (const auto& [k, v] : s.extra.items()) j[k] = v;
   write_file_atomic(summary_path(), j.dump(2) + "\n");

@@ -105,8 +105,9 @@ class RunDir {
   // Collective: rank 0 writes the resolved config text atomically.
   void write_config(const std::string& resolved_yaml) const;
   // Not collective (it runs on error paths where peers may be gone): rank 0 writes summary.json
-  // atomically, other ranks return at once. Throws on rank 0 if the write fails.
-  void write_summary(const RunSummary& summary) const;
+  // atomically, other ranks return at once (with `this_rank`, the calling rank writes it: a
+  // failure only that rank knows, recorded as its `failed_rank`). Throws if the write fails.
+  void write_summary(const RunSummary& summary, bool this_rank = false) const;
 
  private:
   std::string path_;

@@ -8,8 +8,10 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 
+#include "fnvlp/comm/job_main.hpp"
 #include "fnvlp/core/blas.hpp"
 #include "fnvlp/core/fault.hpp"
 #include "fnvlp/core/log.hpp"
@@ -131,6 +133,15 @@ int Trainer::run() {
                         resumed ? std::optional<int64_t>(step_) : std::nullopt);
   run_.write_config(opt_.config_yaml);
   Watchdog dog(comm_, cfg_.watchdog.timeout_s);
+  // From the watchdog's thread while the main thread is stuck: only what it cannot be changing.
+  dog.set_last_words([this](const std::string& why, int64_t step) {
+    RunSummary s;
+    s.status = RunStatus::kFailed;
+    s.exit_code = kExitWatchdog;
+    s.steps = std::max<int64_t>(step, 0);
+    s.error = why;
+    run_.write_summary(s, true);
+  });
   if (epoch_ > 0) restore_epoch_embeddings();
   bool synchronous = false;
   for (auto& m : methods_) synchronous = synchronous || m->synchronous_sampler();
@@ -384,10 +395,32 @@ void Trainer::log_progress(MetricsWriter& metrics, const BatchSource& loader) {
   telemetry_.finish_window(metrics, m);
 }
 
+void Trainer::write_failure_summary(int exit_code, const std::string& why, bool agreed) const {
+  RunSummary s = telemetry_.summary(RunStatus::kFailed, step_, skips_.total());
+  s.exit_code = exit_code;
+  s.error = why;
+  s.extra["epochs_completed"] = epoch_;
+  run_.write_summary(s, !agreed);
+}
+
 int run_pretraining(const Comm& comm, const PretrainConfig& cfg, const PretrainOptions& opt) {
   log::init(comm.rank(), comm.size(), opt.run_dir + "/logs");
-  Trainer trainer(comm, cfg, opt);
-  return trainer.run();
+  // A run that fails after its run directory exists still says so in summary.json (a failure
+  // in the constructor, e.g. unreadable shards, precedes it).
+  std::unique_ptr<Trainer> trainer = std::make_unique<Trainer>(comm, cfg, opt);
+  try {
+    return trainer->run();
+  } catch (const std::exception& e) {
+    const bool agreed = dynamic_cast<const CollectiveError*>(&e) != nullptr ||
+                        dynamic_cast<const UsageError*>(&e) != nullptr;
+    const int code = dynamic_cast<const UsageError*>(&e) != nullptr ? kExitUsage : 1;
+    try {
+      trainer->write_failure_summary(code, e.what(), agreed);
+    } catch (const std::exception& w) {
+      spdlog::error("pretrain: summary.json of the failed run not written: {}", w.what());
+    }
+    throw;
+  }
 }
 
 }  // namespace fnvlp::train

@@ -85,16 +85,24 @@ void Watchdog::run() {
   }
 }
 
+void Watchdog::set_last_words(std::function<void(const std::string&, int64_t)> fn) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  last_words_ = std::move(fn);
+}
+
 void Watchdog::fire(double idle_s, double limit_s, int64_t step, const std::string& phase) {
-  spdlog::critical(
+  const std::string why = fmt::format(
       "watchdog: rank {} made no progress for {:.1f} s (limit {:.1f} s); last reported step {}, "
-      "phase '{}'; aborting the job with exit code {}",
-      rank_, idle_s, limit_s, step, phase, kExitWatchdog);
+      "phase '{}'",
+      rank_, idle_s, limit_s, step, phase);
+  spdlog::critical("{}; aborting the job with exit code {}", why, kExitWatchdog);
   spdlog::default_logger()->flush();
   double grace = 0;
+  std::function<void(const std::string&, int64_t)> last_words;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     grace = abort_grace_s_;
+    last_words = last_words_;
   }
   // Last resort should the abort hang: this rank exits, and the launcher ends its peers.
   std::thread([grace] {
@@ -104,6 +112,13 @@ void Watchdog::fire(double idle_s, double limit_s, int64_t step, const std::stri
     std::fflush(stderr);
     std::_Exit(kExitWatchdog);
   }).detach();
+  if (last_words) {
+    try {
+      last_words(why, step);
+    } catch (const std::exception& e) {
+      spdlog::error("watchdog: {}", e.what());
+    }
+  }
   abort_fn_(kExitWatchdog);
 }
 

@@ -74,6 +74,10 @@ class Watchdog {
   bool fired() const;
   // How long the watchdog waits for a hung abort before _Exit (tests shorten it).
   void set_abort_grace(double seconds);
+  // Called on the watchdog's thread when it fires, before the abort, with the message it logged
+  // and the last step reported (the run's summary.json). It must not touch what the stuck main
+  // thread may be changing; the abort follows whatever it does (the grace timer already runs).
+  void set_last_words(std::function<void(const std::string& why, int64_t step)> fn);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -84,6 +88,7 @@ class Watchdog {
   double timeout_s_;
   double abort_grace_s_ = 30;
   AbortFn abort_fn_;
+  std::function<void(const std::string&, int64_t)> last_words_;
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
