@@ -54,6 +54,45 @@ expect_summary "$work/b" 4 "made no progress .*last reported step 4" 4 named
 (( $(echo "$elapsed < 120" | bc) )) || fail "the watchdog took ${elapsed}s"
 grep -m1 -oE "watchdog: rank [01] made no progress[^;]*; last reported step 4, phase '[a-z]+'" "$work/out.txt"
 
+echo "== the watchdog also covers start-up and the epoch-end export (their own limits)"
+export FNVLP_FAULT="startup.sleep:1:1:600"
+expect_failure pretrain --out "$work/s" --set watchdog.startup_timeout_s=10
+expect_output "fault: startup.sleep fires on rank 1" "$work/s/logs/rank-1.log"
+expect_output "watchdog: rank [01] made no progress for [0-9.]+ s \(limit 10.0 s\); last reported step -1, phase 'startup'"
+[ "$rc" -eq 4 ] || fail "exit code $rc, expected the watchdog's 4"
+export FNVLP_FAULT="export.sleep:0:0:600"
+expect_failure pretrain --out "$work/x" --set train.export_embeddings=true \
+  --set watchdog.long_phase_timeout_s=10
+unset FNVLP_FAULT
+expect_output "watchdog: rank [01] made no progress for [0-9.]+ s \(limit 10.0 s\); last reported step 13, phase 'export embeddings'"
+[ "$rc" -eq 4 ] || fail "exit code $rc, expected the watchdog's 4"
+expect_summary "$work/x" 4 "phase 'export embeddings'" 13 named
+
+echo "== SIGUSR1 to every rank during start-up: a stop request (checkpoint, exit 3), not death"
+(
+  export FNVLP_FAULT="startup.sleep:1:*:8"
+  pretrain --out "$work/u"
+) >"$work/out.txt" 2>&1 &
+job=$!
+for _ in $(seq 1 120); do
+  [ "$(cat "$work"/u/logs/rank-*.log 2>/dev/null | grep -c 'fault: startup.sleep fires')" -eq 2 ] && break
+  sleep 0.5
+done
+pkill -USR1 -f "fnvlp-pretrain .*--out $work/u" || fail "no rank of the start-up run to signal"
+echo "  SIGUSR1 sent to both ranks while they start"
+set +e
+wait "$job"
+rc=$?
+set -e
+[ "$rc" -eq 3 ] || { tail -20 "$work/out.txt"; fail "exit $rc after SIGUSR1 during start-up, expected 3 (stop and requeue)"; }
+/usr/bin/python3 - "$work/u" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1] + "/summary.json"))
+assert s["status"] == "preempted" and s["steps"] == 1, s
+print("  exit 3 after 1 step, summary preempted, checkpoint saved")
+PY
+[ -e "$work/u/checkpoints/latest" ] || fail "no checkpoint after the stop request"
+
 echo "== step.nan on rank 1 at step 4: skipped on every rank and counted"
 FNVLP_FAULT="step.nan:4:1" pretrain --out "$work/c" >"$work/out.txt" 2>&1 || { tail "$work/out.txt"; fail "NaN run"; }
 /usr/bin/python3 - "$work/c" <<'PY'

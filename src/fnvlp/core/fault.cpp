@@ -20,8 +20,9 @@ namespace fnvlp::fault {
 
 namespace {
 
-constexpr const char* kSites[] = {"checkpoint.write", "checkpoint.kill", "step.kill", "step.sleep",
-                                  "step.throw",       "step.nan",        "shard.read"};
+constexpr const char* kSites[] = {"checkpoint.write", "checkpoint.kill", "step.kill",
+                                  "step.sleep",       "step.throw",      "step.nan",
+                                  "shard.read",       "startup.sleep",   "export.sleep"};
 
 struct Entry {
   std::string site;

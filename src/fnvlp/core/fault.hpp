@@ -24,6 +24,8 @@
 //   step.throw        throws fnvlp::Error at the start of the step
 //   step.nan          the caller makes this step's loss NaN
 //   shard.read        throws an I/O error naming the shard file and dataset at an image read
+//   startup.sleep     sleeps ARG seconds in the trainer's start-up (after the shards are opened)
+//   export.sleep      sleeps ARG seconds in an embedding export (event: the epoch)
 // An unknown site or a malformed entry throws fnvlp::Error naming FNVLP_FAULT at the first point()
 // (a typo must not silently test nothing).
 #include <cstdint>

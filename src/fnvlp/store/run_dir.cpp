@@ -87,8 +87,9 @@ void fsync_path(const std::string& path) {
   FNVLP_CHECK(rc == 0, "cannot fsync '" << path << "': " << std::strerror(err));
 }
 
-void write_file_atomic(const std::string& path, std::string_view data) {
-  const std::string tmp = path + ".tmp";
+void write_file_atomic(const std::string& path, std::string_view data,
+                       const std::string& tmp_suffix) {
+  const std::string tmp = path + tmp_suffix;
   ::unlink(tmp.c_str());  // a leftover of a crash, or a planted link: replaced, never followed
   try {
     CheckedFile f(tmp);
@@ -183,7 +184,9 @@ void RunDir::write_summary(const RunSummary& s, bool this_rank) const {
   if (this_rank) j["failed_rank"] = comm_.rank();
   if (s.extra.is_object())
     for (const auto& [k, v] : s.extra.items()) j[k] = v;
-  write_file_atomic(summary_path(), j.dump(2) + "\n");
+  // Failed ranks may write at the same moment (two watchdogs): the last rename wins, whole.
+  write_file_atomic(summary_path(), j.dump(2) + "\n",
+                    this_rank ? ".tmp.rank-" + std::to_string(comm_.rank()) : ".tmp");
 }
 
 // --- metrics.jsonl ------------------------------------------------------------------------------

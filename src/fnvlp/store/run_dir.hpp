@@ -62,9 +62,11 @@ class SavingCheckpoint {
 
 // Writes `data` to `path` (no fsync: the checkpoint commit fsyncs every file it checksums).
 void write_file(const std::string& path, std::string_view data);
-// Writes `path` + ".tmp", fsyncs it, renames it over `path`, fsyncs the directory: readers see
-// either the old or the new content, never a partial file, even after a crash.
-void write_file_atomic(const std::string& path, std::string_view data);
+// Writes `path` + `tmp_suffix`, fsyncs it, renames it over `path`, fsyncs the directory: readers
+// see either the old or the new content, never a partial file, even after a crash. Processes
+// that may write the same path at once pass distinct suffixes.
+void write_file_atomic(const std::string& path, std::string_view data,
+                       const std::string& tmp_suffix = ".tmp");
 // fsync of a file or a directory (a directory fsync makes renames and new entries durable).
 void fsync_path(const std::string& path);
 std::string read_file(const std::string& path);

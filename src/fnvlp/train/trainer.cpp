@@ -78,6 +78,7 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
       ckpt_(run_, comm, cfg.checkpoint),
       skips_(cfg.non_finite.max_consecutive),
       telemetry_(comm) {
+  fault::point("startup.sleep");
   cfg_.model.validate();
   validate_methods(cfg_);
   if (!opt.val_dir.empty())
@@ -121,18 +122,20 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
   register_components();
 }
 
-int Trainer::run() {
-  StopRequest::install();
-  uint64_t methods_bytes = 0;
-  for (auto& m : methods_) methods_bytes += m->state_bytes();
-  // Room for two checkpoints (model + AdamW's two moments) before any step is spent.
-  ckpt_.check_free_space(3 * module_bytes(*model_) + optimizer_state_bytes(*optimizer_) +
-                         methods_bytes);
-  const bool resumed = maybe_resume();
+int Trainer::run(Watchdog& dog) {
+  bool resumed = false;
+  {
+    auto guard = dog.long_phase("resume", cfg_.watchdog.startup_timeout_s);
+    uint64_t methods_bytes = 0;
+    for (auto& m : methods_) methods_bytes += m->state_bytes();
+    // Room for two checkpoints (model + AdamW's two moments) before any step is spent.
+    ckpt_.check_free_space(3 * module_bytes(*model_) + optimizer_state_bytes(*optimizer_) +
+                           methods_bytes);
+    resumed = maybe_resume();
+  }
   MetricsWriter metrics(run_.metrics_path(), comm_,
                         resumed ? std::optional<int64_t>(step_) : std::nullopt);
   run_.write_config(opt_.config_yaml);
-  Watchdog dog(comm_, cfg_.watchdog.timeout_s);
   // From the watchdog's thread while the main thread is stuck: only what it cannot be changing.
   dog.set_last_words([this](const std::string& why, int64_t step) {
     RunSummary s;
@@ -405,11 +408,20 @@ void Trainer::write_failure_summary(int exit_code, const std::string& why, bool 
 
 int run_pretraining(const Comm& comm, const PretrainConfig& cfg, const PretrainOptions& opt) {
   log::init(comm.rank(), comm.size(), opt.run_dir + "/logs");
+  // Before anything slow: SIGUSR1/SIGTERM from the launcher during start-up are a stop request
+  // (honoured after the first step), not the signals' default death of the rank.
+  StopRequest::install();
+  // Start-up (shard hashing, opening, model construction) under the watchdog too.
+  Watchdog dog(comm, cfg.watchdog.timeout_s);
+  std::unique_ptr<Trainer> trainer;
+  {
+    auto guard = dog.long_phase("startup", cfg.watchdog.startup_timeout_s);
+    trainer = std::make_unique<Trainer>(comm, cfg, opt);
+  }
   // A run that fails after its run directory exists still says so in summary.json (a failure
   // in the constructor, e.g. unreadable shards, precedes it).
-  std::unique_ptr<Trainer> trainer = std::make_unique<Trainer>(comm, cfg, opt);
   try {
-    return trainer->run();
+    return trainer->run(dog);
   } catch (const std::exception& e) {
     const bool agreed = dynamic_cast<const CollectiveError*>(&e) != nullptr ||
                         dynamic_cast<const UsageError*>(&e) != nullptr;

@@ -53,7 +53,8 @@ class Trainer {
  public:
   Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOptions& opt);
 
-  int run();
+  // The training loop under `dog` (created before the constructor, so start-up is watched too).
+  int run(Watchdog& dog);
   // summary.json of a run that ends with an exception (main thread): status failed, the exit
   // code, the message and the progress so far. `agreed`: every rank holds the same error, rank 0
   // writes; otherwise this rank writes it and names itself.

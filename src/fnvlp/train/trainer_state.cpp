@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "fnvlp/core/fault.hpp"
 #include "fnvlp/store/pretrained.hpp"
 #include "fnvlp/train/embed_export.hpp"
 #include "fnvlp/train/signals.hpp"
@@ -39,7 +40,7 @@ void Trainer::restore_epoch_embeddings() {
 
 void Trainer::call_epoch_hook(Watchdog& dog, MetricsWriter& metrics) {
   if (!opt_.on_epoch_end) return;
-  auto guard = dog.long_phase("epoch-end hook");
+  auto guard = dog.long_phase("epoch-end hook", cfg_.watchdog.long_phase_timeout_s);
   json rec = opt_.on_epoch_end(*model_, epoch_, step_);
   model_->train();
   if (rec.is_object() && !rec.empty()) {
@@ -61,7 +62,8 @@ data::Embeddings Trainer::embed_training_set() {
 // on. The samplers' embeddings stay those of the epoch end and no RNG stream is consumed, so the
 // run's trajectory is unchanged.
 void Trainer::export_on_demand(Watchdog& dog) {
-  auto guard = dog.long_phase("export embeddings");
+  auto guard = dog.long_phase("export embeddings", cfg_.watchdog.long_phase_timeout_s);
+  fault::point("export.sleep", epoch_);
   const data::Embeddings e = embed_training_set();
   const std::string path = fmt::format("{}/step-{:07d}.h5", run_.embeddings_dir(), step_);
   comm_.collective([&] {
@@ -73,7 +75,8 @@ void Trainer::export_on_demand(Watchdog& dog) {
 }
 
 void Trainer::export_embeddings(Watchdog& dog, MetricsWriter& metrics) {
-  auto guard = dog.long_phase("export embeddings");
+  auto guard = dog.long_phase("export embeddings", cfg_.watchdog.long_phase_timeout_s);
+  fault::point("export.sleep", epoch_);
   last_embeddings_ = embed_training_set();
   comm_.collective([&] {
     if (comm_.is_root()) data::write_embeddings(run_.embeddings_path(epoch_), last_embeddings_);

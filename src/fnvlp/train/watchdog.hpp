@@ -22,7 +22,12 @@ inline constexpr int kExitWatchdog = 4;
 struct WatchdogConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(
-      (double, timeout_s, 600))  // no beat for this long aborts the job; <= 0 disables the watchdog
+      (double, timeout_s, 600),  // no beat for this long aborts the job; <= 0 disables the watchdog
+      // limits of the phases longer than a step (<= 0: no limit): start-up and resume (hashing
+      // the shards, opening them, loading a checkpoint), and each epoch-end embedding export or
+      // epoch-end hook (fine-tuning's validation)
+      (double, startup_timeout_s, 1800),
+      (double, long_phase_timeout_s, 7200))
   // clang-format on
 };
 
