@@ -95,6 +95,16 @@ void write_attr_string(hid_t obj, const std::string& name, const std::string& va
   H5_CHECK(H5Awrite(attr, type, padded.data()), "attribute " << name);
 }
 
+namespace {
+// fnvlp writes every attribute as a scalar; an array where a scalar belongs would be read past
+// the one value's buffer.
+void check_scalar_attr(hid_t attr, const std::string& name, const std::string& context) {
+  Handle space(H5_CHECK(H5Aget_space(attr), context << ": attribute " << name), H5Sclose);
+  FNVLP_CHECK(H5Sget_simple_extent_type(space) == H5S_SCALAR,
+              context << ": attribute '" << name << "' is not a scalar");
+}
+}  // namespace
+
 int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& context) {
   FNVLP_CHECK(H5Aexists(obj, name.c_str()) > 0,
               context << ": attribute '" << name << "' is missing");
@@ -103,6 +113,7 @@ int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& con
   Handle type(H5_CHECK(H5Aget_type(attr), context << ": attribute " << name), H5Tclose);
   FNVLP_CHECK(H5Tget_class(type) == H5T_INTEGER,
               context << ": attribute '" << name << "' is not an integer");
+  check_scalar_attr(attr, name, context);
   int64_t v = 0;
   H5_CHECK(H5Aread(attr, H5T_NATIVE_INT64, &v), context << ": attribute " << name);
   return v;
@@ -116,6 +127,7 @@ std::string read_attr_string(hid_t obj, const std::string& name, const std::stri
   Handle type(H5_CHECK(H5Aget_type(attr), context << ": attribute " << name), H5Tclose);
   FNVLP_CHECK(H5Tget_class(type) == H5T_STRING && !H5Tis_variable_str(type),
               context << ": attribute '" << name << "' is not a fixed-length string");
+  check_scalar_attr(attr, name, context);
   const size_t size = H5Tget_size(type);
   std::string out(size, '\0');
   H5_CHECK(H5Aread(attr, type, out.data()), context << ": attribute " << name);

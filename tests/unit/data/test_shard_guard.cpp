@@ -263,3 +263,38 @@ TEST(ShardGuard, WriterOutputPassesWithManyAndEdgeChunks) {
 }
 
 }  // namespace
+
+// An attribute stored as an array where the schema has a scalar is refused before it is read:
+// reading it into the one value's buffer overflowed the stack (found by fuzz_shard_struct).
+TEST(ShardGuard, ArrayAttributesWhereScalarsBelongAreRefused) {
+  const std::string path = tmpdir("array_attr") + ".h5";
+  h5::Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  ASSERT_GE(file.id(), 0);
+  const hsize_t n = 3;
+  h5::Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  const int64_t values[3] = {1, 2, 3};
+  h5::Handle ints(H5Acreate2(file, "num_pairs", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT),
+                  H5Aclose);
+  ASSERT_GE(H5Awrite(ints, H5T_NATIVE_INT64, values), 0);
+  h5::Handle str(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(str, 4);
+  h5::Handle strings(H5Acreate2(file, "created_by", str, space, H5P_DEFAULT, H5P_DEFAULT),
+                     H5Aclose);
+  ASSERT_GE(H5Awrite(strings, str, "abcdefghijkl"), 0);
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([&] {
+              h5::read_attr_int(file, "num_pairs", path);
+            }).find(path + ": attribute 'num_pairs' is not a scalar"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              h5::read_attr_string(file, "created_by", path);
+            }).find(path + ": attribute 'created_by' is not a scalar"),
+            std::string::npos);
+}
