@@ -423,6 +423,7 @@ int run_pretraining(const Comm& comm, const PretrainConfig& cfg, const PretrainO
   try {
     return trainer->run(dog);
   } catch (const std::exception& e) {
+    dog.stop();  // its last words use the trainer, which unwinding destroys before the watchdog
     const bool agreed = dynamic_cast<const CollectiveError*>(&e) != nullptr ||
                         dynamic_cast<const UsageError*>(&e) != nullptr;
     const int code = dynamic_cast<const UsageError*>(&e) != nullptr ? kExitUsage : 1;
