@@ -44,6 +44,21 @@ uint64_t classify_chunk64_host(const float* x, float thr, float lo, int32_t bins
 // Which implementation classify_chunk64_host uses: "avx2" or "portable".
 const char* classify_chunk64_impl();
 
+// The chunk test inside a kernel. kHostSimd (fixed at compile time, true only where the kernel runs
+// on the host: kOnHost) lets full chunks take classify_chunk64_host; the generic path a device
+// takes is the portable loop. The preprocessor guard keeps the host call out of the device pass of
+// a build with a device backend, where a host-space kernel is compiled for the device as well.
+template <bool kHostSimd>
+KOKKOS_INLINE_FUNCTION uint64_t classify_chunk_on(const float* x, int64_t len, float thr, float lo,
+                                                  int32_t bins, int32_t* bin) {
+  if constexpr (kHostSimd) {
+#if !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__) && !defined(__SYCL_DEVICE_ONLY__)
+    if (len == kChunk) return classify_chunk64_host(x, thr, lo, bins, bin);
+#endif
+  }
+  return classify_chunk(x, len, thr, lo, bins, bin);
+}
+
 // Index of the lowest set bit of a non-zero mask.
 KOKKOS_INLINE_FUNCTION int lowest_bit(uint64_t m) {
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)

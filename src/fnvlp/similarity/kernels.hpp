@@ -19,10 +19,13 @@
 // min/max and lambda counts see every value. If tau0 was in fact above the k-th largest, the row
 // ends with fewer than k values >= tau; finalize_rows flags it, and the caller streams the block
 // again from -inf. So the results are exact whatever tau0 is; a good tau0 only makes them cheaper.
-#include <cmath>
+//
+// Device portability (spaces.hpp): the kernels use only KOKKOS_INLINE_FUNCTION helpers and the
+// views of their space. The host-only fast paths (AVX2 chunk test, BLAS GEMM) are compile-time
+// branches on kOnHost; the generic path a device takes (portable chunk test, similarity_kernel) can
+// be forced on the host (accumulate_tile<true>, Params::generic_path) to test it here.
 #include <cstdint>
 #include <cstring>
-#include <limits>
 
 #include "fnvlp/similarity/classify.hpp"
 #include "fnvlp/similarity/spaces.hpp"
@@ -79,7 +82,7 @@ KOKKOS_INLINE_FUNCTION Selection select_kth_largest(float* a, uint8_t* flag, int
 // anchor i's negative similarities), computed in double.
 KOKKOS_INLINE_FUNCTION int64_t target_rank(double alpha, int64_t n) {
   if (n <= 0) return 0;
-  const auto k = static_cast<int64_t>(Kokkos::Experimental::ceil(alpha * static_cast<double>(n)));
+  const auto k = static_cast<int64_t>(kmath::ceil(alpha * static_cast<double>(n)));
   return k < 1 ? 1 : (k > n ? n : k);
 }
 
@@ -264,16 +267,22 @@ void reset_rows(const Space& space, const RowState<Space>& st, int64_t rows) {
 //   from tau = -inf, fewer from a starting tau0) take the scalar path (min/max, label, reservoir,
 //   tie and lambda counts) in column order, so the results are the same bits as a plain loop over
 //   the row.
-// S is the caller's scratch tile and is modified.
-template <typename Space, typename SimView, typename IdView, typename LabelView>
+// S is the caller's scratch tile and is modified. kGeneric = true forces the portable chunk test
+// (what a device runs) on a host space; the results are the same bits either way.
+template <bool kGeneric = false, typename Space, typename SimView, typename IdView,
+          typename LabelView, typename ColView>
 void accumulate_tile(const Space& space, const SimView& sims, int64_t cols, int64_t c0,
-                     const IdView& col_image_id, const LabelView& col_label, const IdView& pos_cols,
-                     const IdView& bat_cols, const RowState<Space>& st, int64_t row0, int64_t rows,
-                     int64_t off = 0) {
+                     const IdView& col_image_id, const LabelView& col_label,
+                     const ColView& pos_cols, const ColView& bat_cols, const RowState<Space>& st,
+                     int64_t row0, int64_t rows, int64_t off = 0) {
   static_assert(Kokkos::SpaceAccessibility<Space, typename SimView::memory_space>::accessible,
                 "similarity tile must be accessible from the execution space");
-  static_assert(Kokkos::SpaceAccessibility<Space, typename IdView::memory_space>::accessible,
-                "column ids must be accessible from the execution space");
+  static_assert(
+      Kokkos::SpaceAccessibility<Space, typename IdView::memory_space>::accessible &&
+          Kokkos::SpaceAccessibility<Space, typename LabelView::memory_space>::accessible &&
+          Kokkos::SpaceAccessibility<Space, typename ColView::memory_space>::accessible,
+      "column ids, labels and groups must be accessible from the execution space");
+  constexpr bool kHostSimd = !kGeneric && kOnHost<Space>;
   if (sims.extent(2) % kChunk != 0)
     Kokkos::abort("fnvlp::similarity::accumulate_tile: segment width not a multiple of kChunk");
   const int64_t c1 = c0 + cols;
@@ -294,7 +303,7 @@ void accumulate_tile(const Space& space, const SimView& sims, int64_t cols, int6
         const int64_t pe = st.pos_end(i);
         for (; pc < pe && pos_cols(pc) < c1; ++pc, ++marked) {
           const int64_t g = off + pos_cols(pc) - c0;
-          sims(g / seg, r, g % seg) = std::numeric_limits<float>::quiet_NaN();
+          sims(g / seg, r, g % seg) = quiet_nan();
         }
         st.pos_cur(i) = pc;
 
@@ -315,13 +324,7 @@ void accumulate_tile(const Space& space, const SimView& sims, int64_t cols, int6
           // Bins, and which values reach tau or lambda or go below the minimum (the maximum needs
           // no test of its own: it is never below tau), as a bit mask.
           const float thr = lam < tau ? lam : tau;  // lam NaN: tau
-          uint64_t hot;
-#if !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
-          if (len == kChunk)
-            hot = classify_chunk64_host(x, thr, lo, bins, bin);
-          else
-#endif
-            hot = classify_chunk(x, len, thr, lo, bins, bin);
+          uint64_t hot = classify_chunk_on<kHostSimd>(x, len, thr, lo, bins, bin);
           for (int64_t t = 0; t < len; ++t) ++hist[bin[t]];
           // tau and lo only move inwards within the chunk, so a value that was not hot against
           // their values at its start cannot matter now.
@@ -410,7 +413,7 @@ void finalize_rows(const Space& space, const RowState<Space>& st, const RowResul
   Kokkos::parallel_for(
       "fnvlp::similarity::finalize_rows", Kokkos::RangePolicy<Space>(space, 0, rows),
       KOKKOS_LAMBDA(const int64_t i) {
-        const float nan = std::numeric_limits<float>::quiet_NaN();
+        const float nan = quiet_nan();
         const int64_t k = st.k(i);
         float* vals = &st.res_val(i, 0);
         uint8_t* flags = &st.res_lab(i, 0);
@@ -508,7 +511,7 @@ void batch_topk(const Space& space, const RowState<Space>& st, double alpha,
         for (int64_t t = 0; t < nb; ++t) n_lab += flags[t];
         counts(i, 2) = n_lab;
         if (nb == 0) {
-          threshold(i) = std::numeric_limits<float>::quiet_NaN();
+          threshold(i) = quiet_nan();
           counts(i, 0) = counts(i, 1) = 0;
           return;
         }
@@ -518,6 +521,38 @@ void batch_topk(const Space& space, const RowState<Space>& st, double alpha,
         for (int64_t t = 0; t < sel.ge; ++t) same += flags[t];
         counts(i, 0) = sel.ge;
         counts(i, 1) = same;
+      });
+}
+
+// The generic path's similarity <a, c> of two dim-vectors: products and sums in double in
+// ascending k, rounded to float once. A product of two floats is exact in double, so a fused
+// multiply-add (which nvcc forms by default) rounds exactly as a multiply and an add: the bits
+// depend on the two embeddings alone, on any backend and any decomposition (the fast path gets the
+// same guarantee from the GEMM places of similarity_blocks). They can differ from the BLAS GEMM's
+// float32 sums in the last bits; where every partial sum is exact in float they are equal.
+KOKKOS_INLINE_FUNCTION float dot_in_double(const float* a, const float* c, int64_t dim) {
+  double s = 0.0;
+  for (int64_t k = 0; k < dim; ++k) s += static_cast<double>(a[k]) * static_cast<double>(c[k]);
+  return static_cast<float>(s);
+}
+
+// out(i, j) = dot_in_double(a(i, :), c(j, :)) for i < rows, j < cols: the generic path's GEMM, one
+// thread per similarity (adjacent threads share the anchor). a and c are contiguous row-major
+// [*, dim] views of the execution space.
+template <typename Space, typename AView, typename CView, typename OutView>
+void similarity_kernel(const Space& space, const AView& a, int64_t rows, const CView& c,
+                       int64_t cols, const OutView& out) {
+  static_assert(Kokkos::SpaceAccessibility<Space, typename AView::memory_space>::accessible &&
+                    Kokkos::SpaceAccessibility<Space, typename CView::memory_space>::accessible &&
+                    Kokkos::SpaceAccessibility<Space, typename OutView::memory_space>::accessible,
+                "embeddings and similarities must be accessible from the execution space");
+  const auto dim = static_cast<int64_t>(a.extent(1));
+  if (rows == 0 || cols == 0) return;
+  Kokkos::parallel_for(
+      "fnvlp::similarity::similarity_kernel", Kokkos::RangePolicy<Space>(space, 0, rows * cols),
+      KOKKOS_LAMBDA(const int64_t t) {
+        const int64_t i = t / cols, j = t % cols;
+        out(i, j) = dot_in_double(&a(i, 0), &c(j, 0), dim);
       });
 }
 

@@ -49,9 +49,14 @@ void row_order_statistics(const float* S, int64_t M, const std::vector<int64_t>&
   using Space = ExecSpace;
   const Space space;
   const auto R = static_cast<int64_t>(ranks.size());
-  const HostUnmanaged2<const float> sim(S, M, M);
-  const HostUnmanaged2<float> res(out, M, R);
-  const HostUnmanaged1<const int64_t> rk(ranks.data(), R);
+  // S, the ranks and the output in the execution space's memory: the host buffers themselves on a
+  // host space, copies on a device.
+  const auto sim = Kokkos::create_mirror_view_and_copy(
+      Mem<Space>(), HostUnmanaged2<const float>(S, static_cast<size_t>(M), static_cast<size_t>(M)));
+  const auto rk = Kokkos::create_mirror_view_and_copy(
+      Mem<Space>(), HostUnmanaged1<const int64_t>(ranks.data(), static_cast<size_t>(R)));
+  const HostUnmanaged2<float> host_res(out, static_cast<size_t>(M), static_cast<size_t>(R));
+  const auto res = Kokkos::create_mirror_view(Mem<Space>(), host_res);
   // Rows in blocks so the scratch stays small (M = 28,320, FALCON's largest |M|: 256 rows x 113
   // KB).
   const int64_t block = std::min<int64_t>(M, 256);
@@ -71,6 +76,7 @@ void row_order_statistics(const float* S, int64_t M, const std::vector<int64_t>&
           for (int64_t l = 0; l < R; ++l) res(i, l) = row[rk(l)];
         });
   }
+  Kokkos::deep_copy(space, host_res, res);  // no copy where res is host_res
   space.fence();
 }
 

@@ -5,8 +5,9 @@
 // simstat (kernels.hpp: exact k-th largest, histogram quantiles over N columns never held at
 // once), a search space's S [M, M] is in memory, so each row is sorted exactly.
 //
-// Kokkos kernel on the host execution space (S comes from a host GEMM); the header is free of
-// Kokkos so that torch translation units (negatives/falcon.cpp) can call it.
+// Kokkos kernel on the default execution space (S, a host buffer, is copied there when that is a
+// device); the header is free of Kokkos so that torch translation units (negatives/falcon.cpp) can
+// call it.
 #include <cstdint>
 #include <vector>
 

@@ -24,9 +24,16 @@ namespace fnvlp::similarity {
 
 namespace {
 
-template <typename T>
-HostUnmanaged1<const T> host_view(const std::vector<T>& v, int64_t offset, int64_t n) {
-  return HostUnmanaged1<const T>(v.data() + offset, static_cast<size_t>(n));
+// A host vector in the memory of Space: the vector itself where Space is a host space, else a copy.
+template <typename Space, typename T>
+auto to_space(const std::vector<T>& v) {
+  return Kokkos::create_mirror_view_and_copy(Mem<Space>(),
+                                             HostUnmanaged1<const T>(v.data(), v.size()));
+}
+
+template <typename View>
+auto first_rows(const View& v, int64_t n) {
+  return Kokkos::subview(v, std::make_pair(int64_t{0}, n), Kokkos::ALL);
 }
 
 // Copies a host range into a view of the execution space (a no-op copy on Serial).
@@ -88,16 +95,17 @@ ColumnGroups group_columns(const std::vector<int64_t>& key) {
   return g;
 }
 
-// Starting thresholds tau0 (kernels.hpp) of anchors [0, rows) of `a` (global rows row0 + i, with
+// Starting thresholds tau0 (kernels.hpp) of a block's anchors [0, rows) (global rows row0 + i, with
 // target rank k[i] among n_neg[i] negatives), from their similarities to the sample candidates
 // `cols` that are negatives of them (another image_id), m_i of them. The number X of sample values
 // above the anchor's k-th largest is hypergeometric with mean below mu = m_i k / n_neg, so the
 // sample value of rank r = ceil(mu + z sqrt(mu + 1) + 3) lies at or below the k-th largest unless
 // X >= r, whose probability Chernoff's bound puts below exp(-t^2 / (2 (mu + t / 3))), t = r - mu:
 // about 4e-9 at mu = 20 (alpha = 1%, m = 2048) and z = 7. -inf when the sample has fewer than r
-// negatives of the anchor.
-std::vector<float> start_thresholds(const float* a, int64_t rows, int64_t row0, int64_t dim,
-                                    const std::vector<float>& sample,
+// negatives of the anchor. sims_of(r0, nr, out) writes anchors [r0, r0 + nr)'s similarities to the
+// sample (nr x m, nr <= kGemmRows) as the stream computes them, so that tau0 is a value it sees.
+using SampleSims = std::function<void(int64_t r0, int64_t nr, float* out)>;
+std::vector<float> start_thresholds(int64_t rows, int64_t row0, const SampleSims& sims_of,
                                     const std::vector<int64_t>& cols,
                                     const std::vector<int64_t>& image_id, const int64_t* k,
                                     const int64_t* n_neg, double z) {
@@ -110,7 +118,7 @@ std::vector<float> start_thresholds(const float* a, int64_t rows, int64_t row0, 
   const std::greater<float> above;
   for (int64_t r0 = 0; r0 < rows; r0 += kGemmRows) {
     const int64_t nr = std::min(kGemmRows, rows - r0);
-    similarity_tile(a + r0 * dim, nr, sample.data(), m, dim, sims.data());
+    sims_of(r0, nr, sims.data());
     for (int64_t i = r0; i < r0 + nr; ++i) {
       if (k[i] == 0) continue;
       const int64_t self = image_id[static_cast<size_t>(row0 + i)];
@@ -219,11 +227,20 @@ std::vector<int64_t> fnc_batches(int64_t n, int64_t batch, uint64_t seed) {
   return out;
 }
 
-RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t dim,
-                      const CandidateReader& read_candidates, int64_t n_cols,
-                      const std::vector<int64_t>& image_id, const std::vector<int32_t>& label,
-                      const std::vector<int64_t>& batch, const float* lambda, const Params& p,
-                      const StridedReader& read_strided) {
+namespace {
+
+// anchor_stats on Space. The fast path (kFast: a host space, generic path not forced) folds the
+// blocks of the host BLAS GEMM straight from cache with the AVX2 chunk test. The generic path, the
+// one a device takes, copies the anchors and each candidate tile to Space's memory, computes the
+// similarities there (similarity_kernel) and folds them with the portable chunk test; only
+// embeddings go in and per-row results come out. Both give exact results for their similarities.
+template <typename Space, bool kGeneric>
+RowStats anchor_stats_on(const float* anchors, int64_t row0, int64_t rows, int64_t dim,
+                         const CandidateReader& read_candidates, int64_t n_cols,
+                         const std::vector<int64_t>& image_id, const std::vector<int32_t>& label,
+                         const std::vector<int64_t>& batch, const float* lambda, const Params& p,
+                         const StridedReader& read_strided) {
+  constexpr bool kFast = !kGeneric && kOnHost<Space>;
   check_params(p, dim);
   FNVLP_CHECK(Kokkos::is_initialized(), "anchor_stats needs Kokkos (a KokkosRuntime in main)");
   FNVLP_CHECK(static_cast<int64_t>(image_id.size()) == n_cols &&
@@ -281,25 +298,45 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
     return std::min(end, row0 + rows) - g;
   };
 
-  ExecSpace space;
+  const Space space;
   ColumnGroups by_id, by_batch;
   if (!p.gemm_only) {
     by_id = group_columns(image_id);
     by_batch = group_columns(batch);
   }
   std::vector<float> cand(static_cast<size_t>(tile * dim));
-  const auto pos_cols = host_view(by_id.cols, 0, static_cast<int64_t>(by_id.cols.size()));
-  const auto bat_cols = host_view(by_batch.cols, 0, static_cast<int64_t>(by_batch.cols.size()));
-  RowState<ExecSpace> st;
-  RowResult<ExecSpace> res;
-  View1<float, ExecSpace> fnc_thr;
-  View2<int64_t, ExecSpace> fnc_counts;
+  // Column ids, labels and groups where the kernels can read them (no copy on a host space).
+  const auto col_ids = to_space<Space>(image_id);
+  const auto col_labels = to_space<Space>(label);
+  const auto pos_cols = to_space<Space>(by_id.cols);
+  const auto bat_cols = to_space<Space>(by_batch.cols);
+  RowState<Space> st;
+  RowResult<Space> res;
+  View1<float, Space> fnc_thr;
+  View2<int64_t, Space> fnc_counts;
   if (!p.gemm_only && rows > 0) {
     const int64_t r = std::min(block, rows);
-    st = RowState<ExecSpace>(r, p.bins, capacity, fnc_cap);
-    res = RowResult<ExecSpace>(r, p.quantiles);
-    fnc_thr = View1<float, ExecSpace>("fnvlp::similarity::fnc_threshold", r);
-    fnc_counts = View2<int64_t, ExecSpace>("fnvlp::similarity::fnc_counts", r, 3);
+    st = RowState<Space>(r, p.bins, capacity, fnc_cap);
+    res = RowResult<Space>(r, p.quantiles);
+    fnc_thr = View1<float, Space>("fnvlp::similarity::fnc_threshold", r);
+    fnc_counts = View2<int64_t, Space>("fnvlp::similarity::fnc_counts", r, 3);
+  }
+  // Generic path: the block's anchors, a candidate tile and up to kGemmRows x tile similarities in
+  // Space's memory. A tile's similarities start at column c0 % kChunk of the segment, so that the
+  // chunks of accumulate_tile are aligned to global multiples of kChunk as on the fast path (the
+  // values tested at a chunk's start, and so the scalar-path count, are then the same); the segment
+  // width is a multiple of kChunk, as accumulate_tile wants.
+  View2<float, Space> a_dev, c_dev;
+  View3<float, Space> s_dev;
+  if (!kFast && rows > 0) {
+    const int64_t r = std::min(block, rows);
+    a_dev = View2<float, Space>(
+        Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::anchors"), r, dim);
+    c_dev = View2<float, Space>(
+        Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::candidates"), tile, dim);
+    s_dev =
+        View3<float, Space>(Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::sims"), 1,
+                            std::min(r, kGemmRows), (tile + 2 * kChunk - 2) / kChunk * kChunk);
   }
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> no_lambda(static_cast<size_t>(std::min(block, rows)), nan);
@@ -321,8 +358,24 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
     }
   }
   out.start_sample = m;
+  // The sample's similarities, from the same GEMM as the stream's (kernels.hpp: dot_in_double on
+  // the generic path), so that a start is one of the values the stream will see.
+  View2<float, Space> sample_dev, sample_sims;
+  if (!kFast && m > 0) {
+    sample_dev = View2<float, Space>(
+        Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::sample"), m, dim);
+    Kokkos::deep_copy(sample_dev, HostUnmanaged2<const float>(sample.data(), static_cast<size_t>(m),
+                                                              static_cast<size_t>(dim)));
+    sample_sims = View2<float, Space>(
+        Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::sample_sims"),
+        std::min(std::min(block, rows), kGemmRows), m);
+  }
   for (int64_t b0 = 0, rb = 0; b0 < rows; b0 += rb) {
     rb = block_rows(b0);
+    if (!kFast)
+      Kokkos::deep_copy(first_rows(a_dev, rb),
+                        HostUnmanaged2<const float>(anchors + b0 * dim, static_cast<size_t>(rb),
+                                                    static_cast<size_t>(dim)));
     if (!p.gemm_only) {
       upload<int64_t>(st.image_id, image_id.data() + row0 + b0, rb);
       upload<int32_t>(st.label, label.data() + row0 + b0, rb);
@@ -343,9 +396,19 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
       upload<int64_t>(st.bat_end, ranges.data() + 3 * rb, rb);
     }
     std::vector<float> tau0(static_cast<size_t>(rb), -std::numeric_limits<float>::infinity());
+    const SampleSims sims_of = [&](int64_t r0, int64_t nr, float* s) {
+      if constexpr (kFast) {
+        similarity_tile(anchors + (b0 + r0) * dim, nr, sample.data(), m, dim, s);
+      } else {
+        const auto a = Kokkos::subview(a_dev, std::make_pair(r0, r0 + nr), Kokkos::ALL);
+        similarity_kernel(space, a, nr, sample_dev, m, sample_sims);
+        Kokkos::deep_copy(HostUnmanaged2<float>(s, static_cast<size_t>(nr), static_cast<size_t>(m)),
+                          first_rows(sample_sims, nr));
+      }
+    };
     if (m > 0)
-      tau0 = start_thresholds(anchors + b0 * dim, rb, row0 + b0, dim, sample, sample_cols, image_id,
-                              k.data() + b0, out.n_neg.data() + b0, p.start_sigmas);
+      tau0 = start_thresholds(rb, row0 + b0, sims_of, sample_cols, image_id, k.data() + b0,
+                              out.n_neg.data() + b0, p.start_sigmas);
     for (int pass = 0;; ++pass) {
       if (!p.gemm_only) {
         upload<float>(st.tau0, tau0.data(), rb);
@@ -355,20 +418,42 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
         const int64_t tc = std::min(tile, n_cols - c0);
         read_candidates(c0, tc, cand.data());
         if (b0 == 0 && pass == 0) check_finite(cand.data(), tc, dim, c0, "candidate");
-        // Each GEMM block is folded into the row state while it is in cache: no rows x tile
-        // matrix goes through memory.
-        similarity_blocks(
-            anchors + b0 * dim, rb, cand.data(), tc, dim,
-            [&](int64_t r0, int64_t nr, int64_t j0, int64_t nc, float* s, int64_t co) {
-              if (p.gemm_only) return;
-              const HostUnmanaged3<float> sv(s, static_cast<size_t>(kFoldCols / kGemmCols),
-                                             static_cast<size_t>(kGemmRows),
-                                             static_cast<size_t>(kGemmCols));
-              const int64_t cj = c0 + j0;
-              accumulate_tile(space, sv, nc, cj, host_view(image_id, cj, nc),
-                              host_view(label, cj, nc), pos_cols, bat_cols, st, r0, nr, co);
-            },
-            row0 + b0, c0);
+        if constexpr (kFast) {
+          // Each GEMM block is folded into the row state while it is in cache: no rows x tile
+          // matrix goes through memory.
+          similarity_blocks(
+              anchors + b0 * dim, rb, cand.data(), tc, dim,
+              [&](int64_t r0, int64_t nr, int64_t j0, int64_t nc, float* s, int64_t co) {
+                if (p.gemm_only) return;
+                const HostUnmanaged3<float> sv(s, static_cast<size_t>(kFoldCols / kGemmCols),
+                                               static_cast<size_t>(kGemmRows),
+                                               static_cast<size_t>(kGemmCols));
+                const int64_t cj = c0 + j0;
+                const auto cols = std::make_pair(cj, cj + nc);
+                accumulate_tile(space, sv, nc, cj, Kokkos::subview(col_ids, cols),
+                                Kokkos::subview(col_labels, cols), pos_cols, bat_cols, st, r0, nr,
+                                co);
+              },
+              row0 + b0, c0);
+        } else {
+          Kokkos::deep_copy(first_rows(c_dev, tc),
+                            HostUnmanaged2<const float>(cand.data(), static_cast<size_t>(tc),
+                                                        static_cast<size_t>(dim)));
+          const auto cols = std::make_pair(c0, c0 + tc);
+          const int64_t off = c0 % kChunk;
+          const auto s2 = Kokkos::subview(s_dev, 0, Kokkos::ALL, std::make_pair(off, off + tc));
+          const auto step = static_cast<int64_t>(s_dev.extent(1));
+          for (int64_t r0 = 0; r0 < rb; r0 += step) {
+            const int64_t nr = std::min(step, rb - r0);
+            similarity_kernel(space,
+                              Kokkos::subview(a_dev, std::make_pair(r0, r0 + nr), Kokkos::ALL), nr,
+                              c_dev, tc, s2);
+            if (!p.gemm_only)
+              accumulate_tile<true>(space, s_dev, tc, c0, Kokkos::subview(col_ids, cols),
+                                    Kokkos::subview(col_labels, cols), pos_cols, bat_cols, st, r0,
+                                    nr, off);
+          }
+        }
       }
       if (p.gemm_only) break;
       finalize_rows(space, st, res, rb);
@@ -411,6 +496,20 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
     }
   }
   return out;
+}
+
+}  // namespace
+
+RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t dim,
+                      const CandidateReader& read_candidates, int64_t n_cols,
+                      const std::vector<int64_t>& image_id, const std::vector<int32_t>& label,
+                      const std::vector<int64_t>& batch, const float* lambda, const Params& p,
+                      const StridedReader& read_strided) {
+  return p.generic_path
+             ? anchor_stats_on<ExecSpace, true>(anchors, row0, rows, dim, read_candidates, n_cols,
+                                                image_id, label, batch, lambda, p, read_strided)
+             : anchor_stats_on<ExecSpace, false>(anchors, row0, rows, dim, read_candidates, n_cols,
+                                                 image_id, label, batch, lambda, p, read_strided);
 }
 
 std::string resolve_lambda_source(const std::string& from) {

@@ -46,6 +46,10 @@ struct Params {
   // streamed again, so the results never depend on these two).
   int64_t start_sample = -1;
   double start_sigmas = 7.0;
+  // Run the generic path that a device build takes (similarities from a Kokkos kernel accumulated
+  // in double, the portable chunk test: kernels.hpp) even where the execution space is the host.
+  // For tests; a device build takes it whatever this says.
+  bool generic_path = false;
 };
 
 // Per-anchor results for rows [row0, row0 + rows) of one modality.

@@ -69,16 +69,22 @@ struct Reference {
       count_fnc, count_fnc_label, n_batch_label;
 };
 
-// Brute force over the full matrix S = anchors * candidates^T, every row fully sorted.
-inline Reference brute_force(const std::vector<float>& anchors, const std::vector<float>& cands,
-                             int64_t n, int64_t dim, const std::vector<int64_t>& image_id,
-                             const std::vector<int32_t>& label, const std::vector<float>& lambda,
-                             const std::vector<int64_t>& batch, double alpha) {
-  // The full matrix through the same fixed-shape GEMM the kernels are fed with: the reference
-  // checks the selection, the counts and the decomposition, on the same float32 similarities.
+// The similarities of the generic path (kernels.hpp, dot_in_double), row-major n x n.
+inline std::vector<float> generic_similarities(const std::vector<float>& anchors,
+                                               const std::vector<float>& cands, int64_t n,
+                                               int64_t dim) {
   std::vector<float> full(static_cast<size_t>(n * n));
-  similarity::similarity_tile(anchors.data(), n, cands.data(), n, dim, full.data());
-  const float* S = full.data();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      full[static_cast<size_t>(i * n + j)] =
+          similarity::dot_in_double(anchors.data() + i * dim, cands.data() + j * dim, dim);
+  return full;
+}
+
+// Brute force over a full similarity matrix S (row-major n x n), every row fully sorted.
+inline Reference brute_force_of(const float* S, int64_t n, const std::vector<int64_t>& image_id,
+                                const std::vector<int32_t>& label, const std::vector<float>& lambda,
+                                const std::vector<int64_t>& batch, double alpha) {
   Reference r;
   for (int64_t i = 0; i < n; ++i) {
     std::vector<std::pair<float, int>> neg, bneg;
@@ -128,6 +134,18 @@ inline Reference brute_force(const std::vector<float>& anchors, const std::vecto
     r.sorted_neg.push_back(asc);
   }
   return r;
+}
+
+// Brute force over S = anchors * candidates^T from the same fixed-shape GEMM the fast path is fed
+// with: the reference checks the selection, the counts and the decomposition, on the same float32
+// similarities.
+inline Reference brute_force(const std::vector<float>& anchors, const std::vector<float>& cands,
+                             int64_t n, int64_t dim, const std::vector<int64_t>& image_id,
+                             const std::vector<int32_t>& label, const std::vector<float>& lambda,
+                             const std::vector<int64_t>& batch, double alpha) {
+  std::vector<float> full(static_cast<size_t>(n * n));
+  similarity::similarity_tile(anchors.data(), n, cands.data(), n, dim, full.data());
+  return brute_force_of(full.data(), n, image_id, label, lambda, batch, alpha);
 }
 
 // Same bits, NaN equal to NaN.

@@ -1,6 +1,7 @@
 // Exactness of the similarity kernels against a brute-force full sort (random and adversarial
 // inputs: ties, duplicates, k = 1, k = n_neg, anchors with few or no negatives), and identical
-// results for every tile size and row block.
+// results for every tile size and row block, on the fast path (BLAS GEMM, AVX2 chunk test) and on
+// the generic path a device build takes (Params::generic_path forces it on the host here).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,11 +48,18 @@ similarity::RowStats run(const Case& c, const similarity::Params& p, bool with_l
                                   with_lambda ? c.e.glofnd_lambda_image.data() + row0 : nullptr, p);
 }
 
+// The reference is over the similarities the path computes: the BLAS GEMM's on the fast path,
+// dot_in_double's on the generic path.
 void expect_matches_reference(const Case& c, const similarity::Params& p) {
   const int64_t n = c.e.size();
   const auto got = run(c, p, true);
-  const auto ref = test::brute_force(c.e.image_emb, c.e.text_emb, n, c.e.dim, c.e.image_id,
-                                     c.e.label, c.e.glofnd_lambda_image, c.batch, p.alpha);
+  const auto ref =
+      p.generic_path
+          ? test::brute_force_of(
+                test::generic_similarities(c.e.image_emb, c.e.text_emb, n, c.e.dim).data(), n,
+                c.e.image_id, c.e.label, c.e.glofnd_lambda_image, c.batch, p.alpha)
+          : test::brute_force(c.e.image_emb, c.e.text_emb, n, c.e.dim, c.e.image_id, c.e.label,
+                              c.e.glofnd_lambda_image, c.batch, p.alpha);
   const float bound = 2.0f / static_cast<float>(p.bins);
   int64_t k_one = 0, k_all = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -116,6 +124,33 @@ similarity::Params with_start(similarity::Params p, int64_t sample) {
   return p;
 }
 
+similarity::Params generic(similarity::Params p) {
+  p.generic_path = true;
+  return p;
+}
+
+// Every output of two runs has the same bits (NaN thresholds included).
+void expect_same_stats(const similarity::RowStats& a, const similarity::RowStats& b) {
+  ASSERT_EQ(a.rows, b.rows);
+  const auto bytes = [](const std::vector<float>& v) { return v.size() * sizeof(float); };
+  ASSERT_EQ(a.quantiles.size(), b.quantiles.size());
+  EXPECT_EQ(std::memcmp(a.threshold.data(), b.threshold.data(), bytes(a.threshold)), 0);
+  EXPECT_EQ(std::memcmp(a.quantiles.data(), b.quantiles.data(), bytes(a.quantiles)), 0);
+  EXPECT_EQ(std::memcmp(a.fnc_threshold.data(), b.fnc_threshold.data(), bytes(a.fnc_threshold)), 0);
+  EXPECT_EQ(a.n_neg, b.n_neg);
+  EXPECT_EQ(a.n_label, b.n_label);
+  EXPECT_EQ(a.count, b.count);
+  EXPECT_EQ(a.count_label, b.count_label);
+  EXPECT_EQ(a.count_lambda, b.count_lambda);
+  EXPECT_EQ(a.count_lambda_label, b.count_lambda_label);
+  EXPECT_EQ(a.count_fnc, b.count_fnc);
+  EXPECT_EQ(a.count_fnc_label, b.count_fnc_label);
+  EXPECT_EQ(a.n_batch_label, b.n_batch_label);
+  EXPECT_EQ(a.start_sample, b.start_sample);
+  EXPECT_EQ(a.restarted_rows, b.restarted_rows);
+  EXPECT_EQ(a.scalar_values, b.scalar_values);
+}
+
 TEST(Simstat, RandomMatchesBruteForce) {
   const auto c = make_case(400, 32, 1, false, 24);
   for (const int64_t sample : {0, 100})
@@ -150,7 +185,7 @@ TEST(Simstat, StartAboveTheKthLargestIsStreamedAgain) {
 // vmax is that value, not the maximum: the bins up to its tau must be cleared as well, or the
 // restarted stream counts every value twice. Ascending values make vmax the smallest one.
 TEST(Simstat, ResetAfterAStartAboveEveryValueLeavesNoStaleCounts) {
-  using Space = similarity::ExecSpace;
+  using Space = similarity::HostSpace;  // the test reads the views from the host
   const int64_t cols = 128, m = 9;
   const int32_t bins = 64;
   std::vector<float> values(static_cast<size_t>(cols));
@@ -269,9 +304,11 @@ TEST(Simstat, ClassifyChunkHostMatchesPortable) {
 // reservoir of 2k to 2k + 3 that fills mid-chunk, NaN positives, partial chunks, and starts above
 // the k-th largest (a restart must be flagged). Values come from a small set, so ties are
 // everywhere; the brute-force tests above go through the whole driver, this one through the
-// kernels alone, with starts the driver's sample would not choose.
+// kernels alone, with starts the driver's sample would not choose. Each row is folded twice: with
+// the host's chunk test (AVX2 where the CPU has it) and with the portable one a device runs
+// (accumulate_tile<true>); both must match the plain count, with the same bits.
 TEST(Simstat, FoldMatchesPlainCountsWithTiesLambdaAndSmallReservoirs) {
-  using Space = similarity::ExecSpace;
+  using Space = similarity::HostSpace;  // the test reads the views from the host
   std::mt19937 rng(11);
   const float levels[] = {-0.5f, -0.25f, 0.0f, 0.125f, 0.25f, 0.375f, 0.5f, 0.75f};
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -302,23 +339,43 @@ TEST(Simstat, FoldMatchesPlainCountsWithTiesLambdaAndSmallReservoirs) {
     const int32_t lab = rng() % 3 == 0 ? -1 : 1;
     const float lam = rng() % 3 == 0 ? nan : levels[rng() % 8];
     const float tau0 = rng() % 4 == 0 ? -std::numeric_limits<float>::infinity() : levels[rng() % 8];
-    similarity::RowState<Space> st(1, bins, 2 * k + static_cast<int64_t>(rng() % 4), 1);
-    st.image_id(0) = self;
-    st.label(0) = lab;
-    st.k(0) = k;
-    st.lambda(0) = lam;
-    st.tau0(0) = tau0;
-    st.pos_begin(0) = 0;  // the positives: all of `pos`
-    st.pos_end(0) = static_cast<int64_t>(pos.size());
+    const int64_t capacity = 2 * k + static_cast<int64_t>(rng() % 4);
     const std::vector<int64_t> none(1, 0);
     const similarity::HostUnmanaged1<const int64_t> ids(col_id.data(), cols),
         pos_cols(pos.empty() ? none.data() : pos.data(), pos.size()), empty(none.data(), 0);
     const similarity::HostUnmanaged1<const int32_t> labels(col_label.data(), cols);
-    similarity::reset_rows(Space(), st, 1);
-    const similarity::HostUnmanaged3<float> sims(row.data(), 1, 1, static_cast<size_t>(width));
-    similarity::accumulate_tile(Space(), sims, cols, 0, ids, labels, pos_cols, empty, st, 0, 1);
-    const similarity::RowResult<Space> res(1, 5);
-    similarity::finalize_rows(Space(), st, res, 1);
+    const auto fold = [&](auto generic) {
+      similarity::RowState<Space> st(1, bins, capacity, 1);
+      st.image_id(0) = self;
+      st.label(0) = lab;
+      st.k(0) = k;
+      st.lambda(0) = lam;
+      st.tau0(0) = tau0;
+      st.pos_begin(0) = 0;  // the positives: all of `pos`
+      st.pos_end(0) = static_cast<int64_t>(pos.size());
+      similarity::reset_rows(Space(), st, 1);
+      std::vector<float> tile = row;  // the kernel overwrites the positives in its tile
+      const similarity::HostUnmanaged3<float> sims(tile.data(), 1, 1, static_cast<size_t>(width));
+      similarity::accumulate_tile<decltype(generic)::value>(Space(), sims, cols, 0, ids, labels,
+                                                            pos_cols, empty, st, 0, 1);
+      const similarity::RowResult<Space> res(1, 5);
+      similarity::finalize_rows(Space(), st, res, 1);
+      return std::make_pair(st, res);
+    };
+    const auto [st, res] = fold(std::false_type{});
+    const auto [gst, gres] = fold(std::true_type{});
+    const auto same_bits = [](float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; };
+    const std::string path = "trial " + std::to_string(trial) + ", portable chunk test";
+    EXPECT_EQ(gres.restart(0), res.restart(0)) << path;
+    EXPECT_TRUE(same_bits(gres.threshold(0), res.threshold(0))) << path;
+    EXPECT_EQ(gres.count(0), res.count(0)) << path;
+    EXPECT_EQ(gres.count_lab(0), res.count_lab(0)) << path;
+    for (int64_t j = 0; j < 5; ++j)
+      EXPECT_TRUE(same_bits(gres.quantiles(0, j), res.quantiles(0, j))) << path;
+    EXPECT_EQ(gst.lam_n(0), st.lam_n(0)) << path;
+    EXPECT_EQ(gst.lam_lab(0), st.lam_lab(0)) << path;
+    EXPECT_EQ(gst.scalar_n(0), st.scalar_n(0)) << path;
+    EXPECT_TRUE(same_bits(gst.vmin(0), st.vmin(0)) && same_bits(gst.vmax(0), st.vmax(0))) << path;
     // The plain count.
     std::vector<float> sorted = neg;
     std::sort(sorted.begin(), sorted.end(), std::greater<float>());
@@ -361,6 +418,55 @@ TEST(Simstat, KEqualsOneAndKEqualsAll) {
   expect_matches_reference(c, params(1.0, 50, 200));
 }
 
+// The generic path (what a device build runs: similarities from similarity_kernel, the portable
+// chunk test, the embeddings copied to the execution space) forced on the host. Where every dot
+// product is exact in float32 (adversarial embeddings: entries in {-2..2} / 4 and dim 8, so every
+// partial sum is a multiple of 1/16 below 2 in magnitude), its similarities are the BLAS GEMM's
+// bits, whatever either's order, so every output must have the fast path's bits too: thresholds,
+// quantiles, counts and the cost diagnostics (starts, restarts; the scalar-path count as well, as
+// both paths cut the same chunks: aligned to global multiples of kChunk, ending at the tile's end).
+TEST(Simstat, GenericPathMatchesFastPathBitwiseWhereProductsAreExact) {
+  const auto c = make_case(300, 8, 2, true, 24);
+  for (const int64_t sample : {0, 60})
+    for (const double alpha : {1e-9, 0.02, 0.5, 1.0})
+      for (const auto [tile, block] : {std::pair<int64_t, int64_t>{19, 50}, {300, 7}}) {
+        SCOPED_TRACE("sample " + std::to_string(sample) + " alpha " + std::to_string(alpha) +
+                     " tile " + std::to_string(tile) + " block " + std::to_string(block));
+        const auto p = with_start(params(alpha, tile, block), sample);
+        expect_same_stats(run(c, generic(p), true), run(c, p, true));
+      }
+  // A start above the k-th largest: both paths restart the same rows.
+  auto p = with_start(params(0.05, 64, 37), 60);
+  p.start_sigmas = -1e9;
+  const auto fast = run(c, p, true);
+  EXPECT_GT(fast.restarted_rows, 0);
+  expect_same_stats(run(c, generic(p), true), fast);
+}
+
+// On random unit vectors the generic similarities (double sums, one rounding) and the BLAS GEMM's
+// (float32 sums in its own order) may differ in the last bits, so the paths cannot share bits. The
+// generic path must then be exact on its own similarities (the brute force over dot_in_double), and
+// its thresholds lie within the largest similarity difference D of the fast path's: the k-th
+// largest of a row moves by at most the largest change of its values. D itself is float32
+// rounding: at most dim * 2^-24 * sum |a_k c_k| <= 32 * 2^-24 ~ 1.9e-6 for unit vectors at dim 32.
+TEST(Simstat, GenericPathIsExactOnItsOwnSimilarities) {
+  const auto c = make_case(400, 32, 1, false, 24);
+  for (const int64_t sample : {0, 100})
+    for (const double alpha : {0.01, 0.3})
+      expect_matches_reference(c, generic(with_start(params(alpha, 64, 37), sample)));
+  const int64_t n = c.e.size();
+  const auto g = test::generic_similarities(c.e.image_emb, c.e.text_emb, n, c.e.dim);
+  std::vector<float> f(static_cast<size_t>(n * n));
+  similarity::similarity_tile(c.e.image_emb.data(), n, c.e.text_emb.data(), n, c.e.dim, f.data());
+  double d = 0;
+  for (size_t u = 0; u < f.size(); ++u) d = std::max(d, std::fabs(double(g[u]) - double(f[u])));
+  EXPECT_LE(d, 32 * std::ldexp(1.0, -24));
+  const auto p = params(0.01, 64, 37);
+  const auto fast = run(c, p, true), gen = run(c, generic(p), true);
+  for (size_t u = 0; u < static_cast<size_t>(n); ++u)
+    EXPECT_LE(std::fabs(double(gen.threshold[u]) - double(fast.threshold[u])), d) << "row " << u;
+}
+
 TEST(Simstat, AnchorsWithoutNegatives) {
   // Every pair shares one image: no anchor has a negative.
   auto c = make_case(12, 4, 4, false, 5);
@@ -375,25 +481,33 @@ TEST(Simstat, AnchorsWithoutNegatives) {
 }
 
 TEST(Simstat, SameBitsForAnyTileAndRowBlock) {
-  for (bool adversarial : {false, true}) {
-    const auto c = make_case(257, 24, 5, adversarial, 16);
-    const auto base = run(c, params(0.02, 257, 257), true);
-    for (auto [tile, block] :
-         {std::pair<int64_t, int64_t>{1, 300}, {7, 300}, {64, 16}, {4096, 3}}) {
-      SCOPED_TRACE("tile " + std::to_string(tile) + " block " + std::to_string(block));
-      const auto got = run(c, params(0.02, tile, block), true);
-      EXPECT_EQ(std::memcmp(got.threshold.data(), base.threshold.data(), 4 * 257), 0);
-      EXPECT_EQ(std::memcmp(got.quantiles.data(), base.quantiles.data(), 4 * 257 * 9), 0);
-      EXPECT_EQ(std::memcmp(got.fnc_threshold.data(), base.fnc_threshold.data(), 4 * 257), 0);
-      EXPECT_EQ(got.count, base.count);
-      EXPECT_EQ(got.count_lambda, base.count_lambda);
-      EXPECT_EQ(got.count_fnc_label, base.count_fnc_label);
+  for (const bool generic_path : {false, true})
+    for (bool adversarial : {false, true}) {
+      SCOPED_TRACE(generic_path ? "generic path" : "fast path");
+      const auto c = make_case(257, 24, 5, adversarial, 16);
+      auto p = params(0.02, 257, 257);
+      p.generic_path = generic_path;
+      const auto base = run(c, p, true);
+      for (auto [tile, block] :
+           {std::pair<int64_t, int64_t>{1, 300}, {7, 300}, {64, 16}, {4096, 3}}) {
+        SCOPED_TRACE("tile " + std::to_string(tile) + " block " + std::to_string(block));
+        p.tile = tile;
+        p.row_block = block;
+        const auto got = run(c, p, true);
+        EXPECT_EQ(std::memcmp(got.threshold.data(), base.threshold.data(), 4 * 257), 0);
+        EXPECT_EQ(std::memcmp(got.quantiles.data(), base.quantiles.data(), 4 * 257 * 9), 0);
+        EXPECT_EQ(std::memcmp(got.fnc_threshold.data(), base.fnc_threshold.data(), 4 * 257), 0);
+        EXPECT_EQ(got.count, base.count);
+        EXPECT_EQ(got.count_lambda, base.count_lambda);
+        EXPECT_EQ(got.count_fnc_label, base.count_fnc_label);
+      }
+      // A sub-range of anchors (a rank's block) gives that range of the full result.
+      p.tile = 64;
+      p.row_block = 10;
+      const auto part = run(c, p, true, 100, 57);
+      EXPECT_EQ(std::memcmp(part.threshold.data(), base.threshold.data() + 100, 4 * 57), 0);
+      EXPECT_EQ(std::memcmp(part.quantiles.data(), base.quantiles.data() + 900, 4 * 57 * 9), 0);
     }
-    // A sub-range of anchors (a rank's block) gives that range of the full result.
-    const auto part = run(c, params(0.02, 64, 10), true, 100, 57);
-    EXPECT_EQ(std::memcmp(part.threshold.data(), base.threshold.data() + 100, 4 * 57), 0);
-    EXPECT_EQ(std::memcmp(part.quantiles.data(), base.quantiles.data() + 900, 4 * 57 * 9), 0);
-  }
 }
 
 // Every anchor and candidate has a fixed place in the fixed-shape GEMM: its global index modulo the
@@ -514,6 +628,14 @@ TEST(Simstat, ShrinkReservoirKeepsInvariant) {
       if (!ties) EXPECT_LT(tau, kth) << "distinct values over 64 bins: the histogram cut";
       if (ties) EXPECT_EQ(tau, kth) << "one value: the exact selection";
     }
+}
+
+// The kernels' NaN (std::numeric_limits is host code) has the bits of the host's, which reach
+// STATS.h5 for anchors without negatives.
+TEST(Simstat, KernelQuietNanHasTheBitsOfStdQuietNan) {
+  const float a = similarity::quiet_nan(), b = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0);
+  static_assert(similarity::kOnHost<similarity::HostSpace>, "the host space runs host code");
 }
 
 // shrink_reservoir takes the largest value below its cut as a maximum of order keys: the keys must
