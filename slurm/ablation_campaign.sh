@@ -112,7 +112,7 @@ if [ "$FNVLP_SCALE" = smoke ]; then
     --mem="$FNVLP_MEM" --time="$FNVLP_TIME")
 else
   task_opts+=(--nodes="${FNVLP_TASK_NODES:-1}" --ntasks-per-node="${FNVLP_TASK_RANKS_PER_NODE:-8}"
-    --gpus-per-node="${FNVLP_TASK_GPUS_PER_NODE:-8}" --cpus-per-task="${FNVLP_TASK_CPUS:-12}"
+    --gpus-per-node="${FNVLP_TASK_GPUS_PER_NODE:-$FNVLP_GPUS_PER_NODE}" --cpus-per-task="${FNVLP_TASK_CPUS:-12}"
     --mem=0 --time="${FNVLP_TASK_TIME:-24:00:00}")
 fi
 read -r -a site <<<"${FNVLP_SBATCH_CAMPAIGN:-} ${FNVLP_SBATCH:-}"

@@ -32,6 +32,87 @@ if [ -z "${SLURM_CONF:-}" ] && [ ! -f /etc/slurm/slurm.conf ] &&
   export SLURM_CONF=${FNVLP_SLURM_DIR:-/var/tmp/fnvlp-slurm}/etc/slurm.conf
 fi
 
+# GPUs the job's allocation gives this node, as "COUNT WHY" (COUNT 0: none; WHY the variable that
+# says so). SLURM's own variables first: SLURM_GPUS_ON_NODE (the job's GPUs on this node),
+# SLURM_JOB_GPUS (their ids), SLURM_GPUS_PER_NODE (the request, [type:]count[,...]; 0 with
+# --gpus-per-node=0), so that a CUDA_VISIBLE_DEVICES inherited from the submitting shell cannot
+# outvote a GPU-less allocation; then CUDA_VISIBLE_DEVICES (GPUs that are not SLURM GRES, or no
+# SLURM at all; empty, NoDevFiles or -1: none).
+fnvlp_alloc_gpus() {
+  local v item n=0
+  local -a ids
+  if [ -n "${SLURM_GPUS_ON_NODE:-}" ]; then
+    v=${SLURM_GPUS_ON_NODE//[!0-9]/}
+    echo "$((10#${v:-0})) SLURM_GPUS_ON_NODE=$SLURM_GPUS_ON_NODE"
+  elif [ -n "${SLURM_JOB_GPUS:-}" ]; then
+    IFS=, read -r -a ids <<<"$SLURM_JOB_GPUS"
+    echo "${#ids[@]} SLURM_JOB_GPUS=$SLURM_JOB_GPUS"
+  elif [ -n "${SLURM_GPUS_PER_NODE:-}" ]; then
+    IFS=, read -r -a ids <<<"$SLURM_GPUS_PER_NODE"
+    for item in "${ids[@]}"; do
+      v=${item##*:}
+      v=${v//[!0-9]/}
+      n=$((n + 10#${v:-0}))
+    done
+    echo "$n SLURM_GPUS_PER_NODE=$SLURM_GPUS_PER_NODE"
+  elif [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
+    case "$CUDA_VISIBLE_DEVICES" in
+      "" | NoDevFiles* | -*) ;;
+      *)
+        IFS=, read -r -a ids <<<"$CUDA_VISIBLE_DEVICES"
+        n=${#ids[@]}
+        ;;
+    esac
+    echo "$n CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
+  else
+    echo "0 none of SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS, SLURM_GPUS_PER_NODE, CUDA_VISIBLE_DEVICES is set"
+  fi
+}
+
+# The --set overrides (key=value, space-separated) that put the training ranks on this
+# allocation's device: GPUs (fnvlp_alloc_gpus) give "train.device=cuda comm.backend=nccl"; none
+# give "train.device=cpu comm.backend=mpi" and one line on stderr saying so. FNVLP_DEVICE=cpu or
+# cuda forces the choice; FNVLP_PRECISION adds train.precision (on CUDA; fp32 only on the CPU,
+# where another value is dropped with a line on stderr). The callers pass these before
+# FNVLP_PRETRAIN_SET / FNVLP_FT_SET, whose keys win (e.g. comm.backend=mpi for a build without
+# NCCL).
+fnvlp_device_overrides() {
+  local gpus why dev
+  read -r gpus why <<<"$(fnvlp_alloc_gpus)"
+  case "$FNVLP_DEVICE" in
+    cpu)
+      dev=cpu
+      echo "fnvlp: FNVLP_DEVICE=cpu: training on CPU with MPI (allocation: $gpus GPUs, $why)" >&2
+      ;;
+    cuda)
+      dev=cuda
+      [ "$gpus" -gt 0 ] ||
+        echo "fnvlp: FNVLP_DEVICE=cuda though the allocation shows no GPU ($why): training on CUDA with NCCL" >&2
+      ;;
+    auto)
+      if [ "$gpus" -gt 0 ]; then
+        dev=cuda
+      else
+        dev=cpu
+        echo "fnvlp: no GPU in this allocation ($why): training on CPU with MPI" >&2
+      fi
+      ;;
+    *) fnvlp_die "FNVLP_DEVICE=$FNVLP_DEVICE: expected auto, cpu or cuda" ;;
+  esac
+  if [ "$dev" = cuda ]; then
+    printf 'train.device=cuda comm.backend=nccl'
+  else
+    printf 'train.device=cpu comm.backend=mpi'
+  fi
+  case "$dev:${FNVLP_PRECISION:-}" in
+    *:) ;;
+    cuda:* | cpu:fp32) printf ' train.precision=%s' "$FNVLP_PRECISION" ;;
+    # bf16 autocast is a CUDA path (fnvlp-pretrain refuses it on the CPU): fp32 there, said so.
+    cpu:*) echo "fnvlp: FNVLP_PRECISION=$FNVLP_PRECISION is for GPUs: fp32 on the CPU" >&2 ;;
+  esac
+  echo
+}
+
 # ---------------------------------------------------------------------------------------------
 # Settings (all overridable from the environment).
 export FNVLP_SCALE=${FNVLP_SCALE:-4m}
@@ -58,6 +139,15 @@ case "$FNVLP_NODES" in '' | *[!0-9]* | 0) fnvlp_die "FNVLP_NODES=$FNVLP_NODES: e
 # Launcher: auto (srun --mpi=pmix inside an allocation when pmix is offered, else mpirun),
 # srun or mpirun.
 export FNVLP_LAUNCHER=${FNVLP_LAUNCHER:-auto}
+# Device of the training ranks (pretraining, fine-tuning): auto (CUDA with NCCL when the job's
+# allocation has GPUs, else CPU with MPI, logged: fnvlp_device_overrides), cpu or cuda.
+export FNVLP_DEVICE=${FNVLP_DEVICE:-auto}
+case "$FNVLP_DEVICE" in
+  auto | cpu | cuda) ;;
+  *) fnvlp_die "FNVLP_DEVICE=$FNVLP_DEVICE: expected auto, cpu or cuda" ;;
+esac
+# train.precision of the training ranks (fp32, bf16); empty: the config's (fp32 unless it says).
+export FNVLP_PRECISION=${FNVLP_PRECISION:-}
 
 if [ "$FNVLP_SCALE" = smoke ]; then
   # Synthetic labelled data by default; FNVLP_DATA=DIR (captions.json + splits.json in ALBEF's
@@ -102,6 +192,21 @@ else
   export FNVLP_TIME=${FNVLP_TIME:-12:00:00}
   export FNVLP_MEM=${FNVLP_MEM:-0}
   export FNVLP_K_TEST=${FNVLP_K_TEST:-128}
+fi
+# GPUs per node of the training jobs the scripts submit (pretrain, finetune, campaign tasks), one
+# rank per GPU; 0 asks for none (CPU clusters, the local SLURM). Default 8 at 4m (the #SBATCH
+# lines of pretrain_4m.sh), 0 at smoke; a hand-submitted pretrain_4m.sh chains its jobs with the
+# GPUs of its own allocation. FNVLP_CPUS_PER_GPU: CPUs per rank on GPU nodes.
+if [ "$FNVLP_SCALE" = 4m ]; then
+  export FNVLP_GPUS_PER_NODE=${FNVLP_GPUS_PER_NODE:-8}
+else
+  export FNVLP_GPUS_PER_NODE=${FNVLP_GPUS_PER_NODE:-0}
+fi
+case "$FNVLP_GPUS_PER_NODE" in '' | *[!0-9]*) fnvlp_die "FNVLP_GPUS_PER_NODE=$FNVLP_GPUS_PER_NODE: expected a GPU count (0: none)" ;; esac
+if [ "$FNVLP_SCALE" = 4m ]; then
+  export FNVLP_CPUS_PER_GPU=${FNVLP_CPUS_PER_GPU:-12}
+else
+  export FNVLP_CPUS_PER_GPU=${FNVLP_CPUS_PER_GPU:-1}
 fi
 export FNVLP_CONFIG=${FNVLP_CONFIG:-$FNVLP_ROOT/jobs/configs/$FNVLP_PRESET.yaml}
 export FNVLP_FT_CONFIG=${FNVLP_FT_CONFIG:-$FNVLP_ROOT/jobs/configs/retrieval_flickr.yaml}
@@ -172,7 +277,7 @@ fnvlp_log_header() {
   fnvlp_log "fnvlp $1 on $(hostname) job ${SLURM_JOB_ID:-none}${SLURM_ARRAY_TASK_ID:+ array task $SLURM_ARRAY_TASK_ID} restart ${SLURM_RESTART_COUNT:-0}"
   fnvlp_log "git commit $commit$dirty"
   fnvlp_log "resolved settings:"
-  env | grep -E '^(FNVLP_|SLURM_(JOB_ID|JOB_NAME|NTASKS|NNODES|JOB_NODELIST|ARRAY_|RESTART_COUNT|CONF)|NCCL_|OMP_NUM_THREADS)' |
+  env | grep -E '^(FNVLP_|SLURM_(JOB_ID|JOB_NAME|NTASKS|NNODES|JOB_NODELIST|ARRAY_|RESTART_COUNT|CONF|CPUS_PER_TASK|GPUS_ON_NODE|GPUS_PER_NODE|JOB_GPUS|GPU_BIND)|CUDA_VISIBLE_DEVICES|NCCL_|OMP_NUM_THREADS)' |
     sort | sed 's/^/    /'
 }
 
@@ -251,10 +356,12 @@ fnvlp_submit() {
     *) outopt=(--output="$FNVLP_LOGS/%x-%j.out") ;;
   esac
   # A job submitted from inside a job must not inherit the outer job's SLURM_* variables (srun
-  # would read stale task counts from them); SLURM_CONF stays.
+  # would read stale task counts from them); SLURM_CONF stays. Nor its CUDA_VISIBLE_DEVICES (the
+  # outer job's GPUs, which would make a GPU-less job look like it has some).
   local v
   local -a clean=()
   for v in $(compgen -e | grep '^SLURM_' | grep -v '^SLURM_CONF$' || true); do clean+=(-u "$v"); done
+  if [ -n "${SLURM_JOB_ID:-}" ]; then clean+=(-u CUDA_VISIBLE_DEVICES); fi
   case " $* " in *" --export="*) ;; *) outopt+=(--export=ALL) ;; esac
   if fnvlp_dry_run; then
     local line
@@ -280,6 +387,19 @@ fnvlp_small_job_opts() {
   local n=$1 name=$2 nodes=$FNVLP_NODES
   [ "$n" -ge "$nodes" ] || nodes=$n
   echo "--job-name=$name --nodes=$nodes --ntasks=$n --cpus-per-task=1 --time=$FNVLP_TIME --mem=$FNVLP_MEM --gpus-per-node=0"
+}
+
+# Resources of a training job on GPU nodes (FNVLP_GPUS_PER_NODE > 0): `n` ranks, one GPU each
+# (min(n, FNVLP_GPUS_PER_NODE) per node, every node full), FNVLP_CPUS_PER_GPU CPUs per rank. No
+# SLURM GPU binding: every rank sees its node's GPUs and uses the one of its node-local rank, so
+# NCCL can reach the others over NVLink (CUDA IPC); per-task binding (--gpus-per-task,
+# --gpu-bind=single) hides them.
+fnvlp_gpu_job_opts() {
+  local n=$1 per=$FNVLP_GPUS_PER_NODE
+  [ "$n" -ge "$per" ] || per=$n
+  [ $((n % per)) -eq 0 ] ||
+    fnvlp_die "$n ranks do not fill nodes of FNVLP_GPUS_PER_NODE=$FNVLP_GPUS_PER_NODE GPUs (one rank per GPU)"
+  echo "--nodes=$((n / per)) --ntasks-per-node=$per --gpus-per-node=$per --gpu-bind=none --cpus-per-task=$FNVLP_CPUS_PER_GPU"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -392,6 +512,10 @@ fnvlp_pretrain() {
     --set "train.seed=$FNVLP_SEED" --set "checkpoint.every_steps=$FNVLP_CKPT_EVERY"
     --set "train.log_every=$FNVLP_LOG_EVERY")
   [ ! -f "$FNVLP_SHARDS_VAL/manifest.json" ] || args+=(--val "$FNVLP_SHARDS_VAL")
+  local dev
+  dev=$(fnvlp_device_overrides) || exit 1
+  fnvlp_log "device: $dev"
+  for kv in $dev; do args+=(--set "$kv"); done
   [ -z "$FNVLP_STEPS" ] || args+=(--set "train.max_steps=$FNVLP_STEPS")
   [ -z "$FNVLP_BATCH" ] || args+=(--set "train.batch_size=$FNVLP_BATCH")
   [ -z "$FNVLP_WARMUP" ] || args+=(--set "optim.warmup_steps=$FNVLP_WARMUP")
@@ -405,6 +529,10 @@ fnvlp_pretrain() {
   trap 'fnvlp_forward_signal USR1' USR1
   trap 'fnvlp_forward_signal TERM' TERM
   trap fnvlp_forward_export USR2
+  # srun steps need not inherit the job's --cpus-per-task (SLURM 22.05's do not: 1 CPU per rank):
+  # the ranks ask for it again (this launch only: others may start more ranks than the job has
+  # tasks).
+  if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then local -x SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK; fi
   fnvlp_run_ranks "$FNVLP_RANKS" "$bin" "${args[@]}" || rc=$?
   trap - USR1 TERM USR2
   if [ "$rc" -eq 3 ]; then

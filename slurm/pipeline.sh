@@ -63,19 +63,34 @@ fnvlp_shards_ok() {
   done
 }
 
-# sbatch options of a stage's job (the pretraining job's resources are its #SBATCH lines at 4m).
+# sbatch options of a stage's job. Only the training stages (pretrain, finetune) ask for GPUs:
+# FNVLP_GPUS_PER_NODE per node, one rank each (fnvlp_gpu_job_opts); 0 (CPU clusters, smoke by
+# default) keeps them on CPUs. At 4m the pretraining job's time, memory and (without GPUs) layout
+# are its #SBATCH lines.
 fnvlp_stage_opts() {
   case "$1" in
     shard) fnvlp_small_job_opts "$FNVLP_SHARD_RANKS" fnvlp-shard ;;
     simstat | eval) fnvlp_small_job_opts "$FNVLP_ANALYSIS_RANKS" "fnvlp-$1" ;;
     report) fnvlp_small_job_opts 1 fnvlp-report ;;
-    finetune) fnvlp_small_job_opts "$FNVLP_RANKS" fnvlp-finetune ;;
+    finetune)
+      if [ "$FNVLP_GPUS_PER_NODE" -eq 0 ]; then
+        fnvlp_small_job_opts "$FNVLP_RANKS" fnvlp-finetune
+      else
+        echo "--job-name=fnvlp-finetune --mem=$FNVLP_MEM --time=$FNVLP_TIME"
+        fnvlp_gpu_job_opts "$FNVLP_RANKS"
+      fi
+      ;;
     pretrain)
       echo "--job-name=fnvlp-pretrain"
-      if [ "$FNVLP_SCALE" = smoke ]; then
+      if [ "$FNVLP_GPUS_PER_NODE" -gt 0 ]; then
+        fnvlp_gpu_job_opts "$FNVLP_RANKS"
+        [ "$FNVLP_SCALE" = 4m ] || echo "--mem=$FNVLP_MEM --time=$FNVLP_TIME"
+      elif [ "$FNVLP_SCALE" = smoke ]; then
         [ $((FNVLP_RANKS % FNVLP_NODES)) -eq 0 ] ||
           fnvlp_die "FNVLP_RANKS=$FNVLP_RANKS does not spread evenly over FNVLP_NODES=$FNVLP_NODES nodes"
         echo "--nodes=$FNVLP_NODES --ntasks-per-node=$((FNVLP_RANKS / FNVLP_NODES)) --cpus-per-task=1 --gpus-per-node=0 --mem=$FNVLP_MEM --time=$FNVLP_TIME"
+      else
+        echo "--gpus-per-node=0" # the #SBATCH line asks for 8
       fi
       ;;
   esac
@@ -87,9 +102,11 @@ fnvlp_stage_opts() {
 
 # Submits `stage` after job `dep` (empty: no dependency); prints the job id.
 fnvlp_submit_stage() {
-  local stage=$1 dep=$2
+  local stage=$1 dep=$2 o
   local -a opts
-  read -r -a opts <<<"$(fnvlp_stage_opts "$stage" | tr '\n' ' ')"
+  # (A stage whose options cannot be made, e.g. ranks that do not fill the nodes, is not submitted.)
+  o=$(fnvlp_stage_opts "$stage") || exit 1
+  read -r -a opts <<<"$(tr '\n' ' ' <<<"$o")"
   [ -z "$dep" ] || opts+=("$(fnvlp_afterok "$dep")")
   if [ "$stage" = pretrain ]; then
     fnvlp_submit "${opts[@]}" --export=ALL,FNVLP_STAGE=pretrain "$FNVLP_ROOT/slurm/pretrain_4m.sh"

@@ -18,10 +18,18 @@
 # Every setting is an environment variable (slurm/common.sh): FNVLP_DATA (smoke: synthetic, or a
 # Flickr8k-128 directory), FNVLP_WORK, FNVLP_RUN, FNVLP_PRESET, FNVLP_RANKS, FNVLP_STEPS,
 # FNVLP_BATCH, FNVLP_PRETRAIN_SET, FNVLP_STAGES, FNVLP_LAUNCHER, NCCL_*.
+# GPUs: 4 nodes x 8 GPUs, one rank per GPU. No SLURM GPU binding (--gpu-bind=none, no
+# --gpus-per-task): each rank sees its node's 8 GPUs and trains on the one of its node-local rank,
+# so NCCL reaches the others over NVLink (per-task binding hides them from CUDA IPC). With GPUs in
+# the allocation the ranks train with train.device=cuda comm.backend=nccl, without (a CPU cluster:
+# `sbatch --gpus-per-node=0 slurm/pretrain_4m.sh`) with cpu/mpi, logged (fnvlp_device_overrides;
+# FNVLP_DEVICE=cpu|cuda forces it, FNVLP_PRECISION=bf16 sets train.precision); the jobs it chains
+# follow its allocation (FNVLP_GPUS_PER_NODE).
 #SBATCH --job-name=fnvlp-pretrain-4m
 #SBATCH --nodes=4
 #SBATCH --ntasks-per-node=8
 #SBATCH --gpus-per-node=8
+#SBATCH --gpu-bind=none
 #SBATCH --cpus-per-task=12
 #SBATCH --mem=0
 #SBATCH --time=48:00:00
@@ -34,8 +42,14 @@ set -euo pipefail
 [ -n "${FNVLP_ROOT:-}" ] || [ -z "${SLURM_JOB_ID:-}" ] ||
   job_cmd=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')
 FNVLP_ROOT=${FNVLP_ROOT:-$(cd "$(dirname "${job_cmd:-${BASH_SOURCE[0]}}")/.." && pwd)}
+gpus_asked=${FNVLP_GPUS_PER_NODE:-}
 # shellcheck source=slurm/common.sh
 source "$FNVLP_ROOT/slurm/common.sh"
+if [ -n "${SLURM_JOB_ID:-}" ] && [ -z "$gpus_asked" ]; then
+  # A hand-submitted job: the training jobs it chains ask for GPUs as it got them (none after
+  # `sbatch --gpus-per-node=0 slurm/pretrain_4m.sh` on a CPU cluster).
+  read -r FNVLP_GPUS_PER_NODE _ <<<"$(fnvlp_alloc_gpus)"
+fi
 # shellcheck source=slurm/pipeline.sh
 source "$FNVLP_ROOT/slurm/pipeline.sh"
 

@@ -142,9 +142,15 @@ stage_finetune() {
   args=(--config "$FNVLP_FT_CONFIG" --init "$FNVLP_RUN/checkpoints/latest"
     --data "$FNVLP_SHARDS_FT_TRAIN" --val "$FNVLP_SHARDS_FT_VAL" --out "$FNVLP_WORK/finetune")
   if "$bin" --help 2>&1 | grep -q -- '--resume'; then args+=(--resume auto); fi
+  local dev
+  dev=$(fnvlp_device_overrides) || exit 1
+  fnvlp_log "device: $dev"
+  for kv in $dev; do args+=(--set "$kv"); done
   [ -z "$FNVLP_FT_STEPS" ] || args+=(--set "train.max_steps=$FNVLP_FT_STEPS")
   [ -z "$FNVLP_BATCH" ] || args+=(--set "train.batch_size=$FNVLP_BATCH")
   for kv in $FNVLP_FT_SET; do args+=(--set "$kv"); done
+  # The job's CPUs per rank reach the srun step (fnvlp_pretrain says why).
+  if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then local -x SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK; fi
   fnvlp_run_ranks "$FNVLP_RANKS" "$bin" "${args[@]}"
 }
 
