@@ -1,8 +1,23 @@
 #!/usr/bin/env bash
 # Configures and builds fnvlp into ${FNVLP_BUILD_DIR:-build} (Ninja, ccache when present).
+# FNVLP_GPU=1: the GPU build (CUDA + NCCL) into ${FNVLP_BUILD_DIR:-build-gpu}, against the CUDA
+# libtorch that env/install-gpu.sh installs, or the one Torch_DIR names (a cluster's own).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=${FNVLP_BUILD_DIR:-$root/build}
+gpu_args=()
+if [ "${FNVLP_GPU:-0}" = 1 ]; then
+  build=${FNVLP_BUILD_DIR:-$root/build-gpu}
+  torch_dir=${Torch_DIR:-$(bash "$root/env/install-gpu.sh" | tail -n 1)}
+  # The libtorch's own prefix first: Torch's and Caffe2's configs look for their libraries and
+  # configs under the prefix path before their own directory, and would take Debian's from /usr.
+  torch_root=$(cd "$torch_dir/../../.." && pwd)
+  gpu_args=(-DFNVLP_WITH_CUDA=ON -DFNVLP_WITH_NCCL=ON -DTorch_DIR="$torch_dir"
+    -DCMAKE_PREFIX_PATH="$torch_root;$torch_root/share/cmake")
+  # ccache with the precompiled torch/torch.h (FNVLP_PCH) of this build.
+  export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
+else
+  build=${FNVLP_BUILD_DIR:-$root/build}
+fi
 jobs=${FNVLP_JOBS:-$(nproc)}
 # ccache hashes the paths under the source root relative to it, so a clone at another path on the
 # same machine (CI's fresh clone) reuses the compilations of this one instead of starting cold.
@@ -10,5 +25,5 @@ export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 # FNVLP_CMAKE_ARGS holds several options: word splitting is intended.
 # shellcheck disable=SC2086
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${FNVLP_BUILD_TYPE:-Release}" \
-  ${FNVLP_SHARED_DIR:+-DFNVLP_SHARED_DIR="$FNVLP_SHARED_DIR"} ${FNVLP_CMAKE_ARGS:-}
+  ${FNVLP_SHARED_DIR:+-DFNVLP_SHARED_DIR="$FNVLP_SHARED_DIR"} "${gpu_args[@]}" ${FNVLP_CMAKE_ARGS:-}
 cmake --build "$build" -j "$jobs"

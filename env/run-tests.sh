@@ -6,6 +6,14 @@ bash "$root/env/install-debian.sh"
 bash "$root/env/build.sh"
 source "$root/env/mpi-env.sh"
 (cd "${FNVLP_BUILD_DIR:-$root/build}" && ctest --output-on-failure -j "$(nproc)" --timeout 900 "$@")
+# The GPU configuration (CUDA + NCCL against the PyTorch wheel's libtorch, env/install-gpu.sh):
+# built and linked here, and its unit, MPI and gpu labels run on CPU tensors (the gpu checks say
+# Skipped where there is no GPU).
+if [ "${FNVLP_SKIP_GPU_BUILD:-0}" != 1 ]; then
+  gpu_build=${FNVLP_GPU_BUILD_DIR:-$root/build-gpu}
+  FNVLP_GPU=1 FNVLP_BUILD_DIR="$gpu_build" bash "$root/env/build.sh"
+  (cd "$gpu_build" && ctest --output-on-failure -j "$(nproc)" --timeout 900 -L 'unit|mpi|gpu')
+fi
 # The libFuzzer targets: a clang build of their own, each a fixed, reproducible run over its corpus
 # (seed 1, a set number of inputs, about 30 s each; label fuzz).
 if [ "${FNVLP_SKIP_FUZZ:-0}" != 1 ]; then

@@ -48,7 +48,7 @@ bool fused_adamw_step(torch::optim::AdamW& opt, float grad_scale) {
       const torch::Tensor& g = p.grad();
       if (!g.defined()) continue;  // libtorch skips it too
       // The state map's key, as libtorch's optimizers and their serialisation form it.
-      auto it = states.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      auto it = states.find(optimizer_state_key(opt, p));
       if (it == states.end() || !is_dense_cpu_float(p) || !is_dense_cpu_float(g)) {
         fused = false;
         continue;

@@ -9,6 +9,10 @@
 // optimizer's state map), so checkpoints written with either load into the other.
 #include <torch/torch.h>
 
+#include <sstream>
+#include <string>
+#include <type_traits>
+
 namespace fnvlp::train {
 
 // Steps `opt` like opt.step(). Returns false when it handed the step to libtorch instead: a
@@ -18,5 +22,18 @@ namespace fnvlp::train {
 // (FlatGradients::clip_factor): gradient clipping without its own pass over the gradients. The
 // gradients themselves are left unscaled on the fused path.
 bool fused_adamw_step(torch::optim::AdamW& opt, float grad_scale = 1.0f);
+
+// A parameter's key in libtorch's optimizer state map: its TensorImpl's address, printed
+// (libtorch 1.x, std::string keys) or as the pointer itself (2.x, void* keys).
+inline auto optimizer_state_key(const torch::optim::Optimizer& opt, const torch::Tensor& p) {
+  using Key = typename std::decay_t<decltype(opt.state())>::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream os;
+    os << p.unsafeGetTensorImpl();
+    return os.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
 
 }  // namespace fnvlp::train

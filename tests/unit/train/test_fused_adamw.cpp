@@ -54,7 +54,7 @@ void set_lr(Opt& s, double lr) {
 }
 
 const AdamWParamState& state_of(const Opt& s, size_t i) {
-  const auto& st = s.opt->state().at(c10::guts::to_string(s.params[i].unsafeGetTensorImpl()));
+  const auto& st = s.opt->state().at(fnvlp::train::optimizer_state_key(*s.opt, s.params[i]));
   return static_cast<const AdamWParamState&>(*st);
 }
 
