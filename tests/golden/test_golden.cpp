@@ -29,6 +29,7 @@
 #include "fnvlp/loss/itm.hpp"
 #include "fnvlp/loss/mlm.hpp"
 #include "fnvlp/model/albef.hpp"
+#include "fnvlp/train/device.hpp"
 #include "fnvlp/train/fused_adamw.hpp"
 #include "fnvlp/train/grad_sync.hpp"
 #include "fnvlp/train/schedule.hpp"
@@ -40,6 +41,13 @@ using namespace fnvlp;
 constexpr int64_t kSchema = 1;
 constexpr const char* kLossNames[4] = {"itc", "itm", "mlm", "total"};
 constexpr const char* kLogits[4] = {"itc_i2t", "itc_t2i", "itm", "mlm"};
+
+// FNVLP_GOLDEN_DEVICE=cuda replays the steps on the GPU (ctest gpu.golden_step).
+torch::Device golden_device() {
+  const char* env = std::getenv("FNVLP_GOLDEN_DEVICE");
+  return env && std::string(env) == "cuda" ? torch::Device(torch::kCUDA)
+                                           : torch::Device(torch::kCPU);
+}
 
 // FNVLP_GOLDEN_FILE overrides the checked-in file (a candidate from make_golden.py --out).
 std::string golden_path() {
@@ -200,6 +208,9 @@ Replay replay(const GoldenFile& f) {
   Replay r;
   r.name_errors = load_weights(f, *model);
   if (!r.name_errors.empty()) return r;
+  const torch::Device dev = golden_device();
+  if (dev.is_cuda()) train::configure_cuda_math(dev, /*deterministic=*/true);
+  model->to(dev);
 
   auto opt_attr = [&](const char* k) { return f.attr_double("config", std::string("optim.") + k); };
   auto loss_attr = [&](const char* k) { return f.attr_double("config", std::string("loss.") + k); };
@@ -227,14 +238,15 @@ Replay replay(const GoldenFile& f) {
   groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(adamw(0.0)));
   torch::optim::AdamW optimizer(std::move(groups), adamw(opt_attr("weight_decay")));
 
-  const torch::Tensor images = model::normalize_images(f.read("inputs/images", torch::kByte));
-  const torch::Tensor ids = f.read("inputs/ids", torch::kLong);
-  const torch::Tensor mask = f.read("inputs/mask", torch::kLong);
-  const torch::Tensor image_id = f.read("inputs/image_id", torch::kLong);
-  const torch::Tensor mlm_ids = f.read("inputs/mlm_input_ids", torch::kLong);
-  const torch::Tensor mlm_selected = f.read("inputs/mlm_selected", torch::kByte);
-  const torch::Tensor neg_image = f.read("inputs/itm_neg_image", torch::kLong);
-  const torch::Tensor neg_text = f.read("inputs/itm_neg_text", torch::kLong);
+  const torch::Tensor images =
+      model::normalize_images(f.read("inputs/images", torch::kByte).to(dev));
+  const torch::Tensor ids = f.read("inputs/ids", torch::kLong).to(dev);
+  const torch::Tensor mask = f.read("inputs/mask", torch::kLong).to(dev);
+  const torch::Tensor image_id = f.read("inputs/image_id", torch::kLong).to(dev);
+  const torch::Tensor mlm_ids = f.read("inputs/mlm_input_ids", torch::kLong).to(dev);
+  const torch::Tensor mlm_selected = f.read("inputs/mlm_selected", torch::kByte).to(dev);
+  const torch::Tensor neg_image = f.read("inputs/itm_neg_image", torch::kLong).to(dev);
+  const torch::Tensor neg_text = f.read("inputs/itm_neg_text", torch::kLong).to(dev);
 
   r.step_losses = torch::zeros({steps, 4}, torch::kDouble);
   r.grad_norm = torch::zeros({steps}, torch::kDouble);
@@ -285,13 +297,14 @@ Replay replay(const GoldenFile& f) {
                                                            {"itm", itm_logits},
                                                            {"mlm", model->mlm_logits(at_masked)}};
       for (const auto& [name, t] : logits)
-        r.logits[name] = checksum(t, f.read("forward/" + name + "_sample_index", torch::kLong));
+        r.logits[name] =
+            checksum(t.to(torch::kCPU), f.read("forward/" + name + "_sample_index", torch::kLong));
     }
     grads.zero();
     total.backward();
     if (s == 0)
       for (auto& item : model->named_parameters())
-        r.grads[item.key()] = item.value().grad().clone();
+        r.grads[item.key()] = item.value().grad().to(torch::kCPU).clone();
     double norm = 0;
     const float factor = clip > 0 ? grads.clip_factor(clip, &norm) : 1.0f;
     train::fused_adamw_step(optimizer, factor);
@@ -306,6 +319,7 @@ class GoldenStep : public ::testing::Test {
  protected:
   // One replay for all tests of the suite; a failure to read the file fails each of them.
   static void SetUpTestSuite() {
+    if (golden_device().is_cuda() && !torch::cuda::is_available()) return;  // SetUp skips
     try {
       file_ = new GoldenFile(golden_path());
       const int64_t schema = file_->attr_int("/", "fnvlp_golden_schema");
@@ -331,6 +345,8 @@ class GoldenStep : public ::testing::Test {
     setup_error_ = nullptr;
   }
   void SetUp() override {
+    if (golden_device().is_cuda() && !torch::cuda::is_available())
+      GTEST_SKIP() << "FNVLP_GOLDEN_DEVICE=cuda: no CUDA device (or no CUDA libtorch) here";
     ASSERT_EQ(setup_error_, nullptr) << *setup_error_;
     ASSERT_TRUE(replay_->name_errors.empty())
         << "parameter names of fnvlp and " << file_->path() << " disagree:\n  " << [] {

@@ -3,12 +3,29 @@
 #include <algorithm>
 #include <limits>
 
+#include "fnvlp/comm/nccl.hpp"
+
 namespace fnvlp {
 
 namespace {
+// One device communicator per process (a job has one Comm of its ranks).
+const Comm* device_comm_of = nullptr;
+const NcclComm* device_comm = nullptr;
+
+const NcclComm* nccl_for(const Comm& comm, const torch::Tensor& t) {
+  return t.is_cuda() && device_comm_of == &comm ? device_comm : nullptr;
+}
+
 void bcast_tensor(const Comm& comm, torch::Tensor t, int root) {
-  FNVLP_CHECK(t.is_contiguous() && t.device().is_cpu(), "broadcast needs contiguous CPU tensors");
   torch::NoGradGuard no_grad;
+  if (t.is_cuda()) {
+    if (const NcclComm* nccl = nccl_for(comm, t)) return nccl->broadcast(t, root);
+    torch::Tensor host = t.to(torch::kCPU).contiguous();
+    bcast_tensor(comm, host, root);
+    t.copy_(host);
+    return;
+  }
+  FNVLP_CHECK(t.is_contiguous() && t.device().is_cpu(), "broadcast needs contiguous CPU tensors");
   if (t.scalar_type() == torch::kFloat) {
     comm.bcast(t.data_ptr<float>(), static_cast<size_t>(t.numel()), root);
   } else if (t.scalar_type() == torch::kDouble) {
@@ -20,6 +37,26 @@ void bcast_tensor(const Comm& comm, torch::Tensor t, int root) {
   }
 }
 }  // namespace
+
+void set_device_collectives(const Comm& comm, const NcclComm* nccl) {
+  device_comm_of = nccl ? &comm : nullptr;
+  device_comm = nccl;
+}
+
+void allreduce_sum(const Comm& comm, torch::Tensor& t) {
+  torch::NoGradGuard no_grad;
+  FNVLP_CHECK(t.scalar_type() == torch::kFloat && t.is_contiguous(),
+              "allreduce_sum needs a contiguous float tensor, got " << t.scalar_type());
+  if (comm.size() == 1) return;
+  if (const NcclComm* nccl = nccl_for(comm, t)) return nccl->allreduce_sum(t);
+  if (t.is_cuda()) {
+    torch::Tensor host = t.to(torch::kCPU);
+    allreduce_sum(comm, host);
+    t.copy_(host);
+    return;
+  }
+  comm.allreduce(t.data_ptr<float>(), static_cast<size_t>(t.numel()), ReduceOp::kSum);
+}
 
 void broadcast_module(const Comm& comm, torch::nn::Module& module, int root) {
   for (auto& p : module.parameters()) bcast_tensor(comm, p.data(), root);
@@ -68,6 +105,13 @@ int allreduce_gradients(const Comm& comm, const std::vector<torch::Tensor>& para
 }
 
 torch::Tensor allgather_rows(const Comm& comm, const torch::Tensor& local, int64_t* offset) {
+  if (const NcclComm* nccl = nccl_for(comm, local)) {
+    const auto t = local.detach().to(torch::kFloat).contiguous();
+    if (offset) *offset = comm.exscan_sum(t.size(0));
+    return nccl->allgather_rows(t);
+  }
+  if (local.is_cuda())
+    return allgather_rows(comm, local.to(torch::kCPU), offset).to(local.device());
   auto t = local.detach().to(torch::kFloat).contiguous();
   const int64_t rows = t.size(0);
   int64_t row_elems = 1;
@@ -86,11 +130,11 @@ torch::Tensor allgather_rows(const Comm& comm, const torch::Tensor& local, int64
 }
 
 torch::Tensor allgather_ids(const Comm& comm, const torch::Tensor& ids) {
-  return torch::tensor(comm.allgatherv(to_vector(ids)), torch::kLong);
+  return torch::tensor(comm.allgatherv(to_vector(ids)), torch::kLong).to(ids.device());
 }
 
 std::vector<int64_t> to_vector(const torch::Tensor& t) {
-  const auto c = t.to(torch::kLong).contiguous();
+  const auto c = t.to(torch::kCPU, torch::kLong).contiguous();
   return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
 }
 

@@ -1,6 +1,8 @@
 #pragma once
-// Collectives on tensors (host memory today), so that the rooms above comm/ exchange tensors
-// without touching buffers and counts.
+// Collectives on tensors, so that the rooms above comm/ exchange tensors without touching buffers
+// and counts. Host tensors go through MPI; device (CUDA) tensors through the NCCL communicator
+// registered for the Comm (set_device_collectives), else through MPI by host copies. Results live
+// on the input's device.
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -9,6 +11,14 @@
 #include "fnvlp/comm/comm.hpp"
 
 namespace fnvlp {
+
+class NcclComm;
+
+// Device tensors of collectives over `comm` go through `nccl` from now on (null: host copies).
+void set_device_collectives(const Comm& comm, const NcclComm* nccl);
+
+// In-place sum over ranks of a float tensor (host or device).
+void allreduce_sum(const Comm& comm, torch::Tensor& t);
 
 // Rank 0's parameters and buffers overwrite everyone else's (identical replicas at step 0 and
 // after a resume, whatever each rank initialised).

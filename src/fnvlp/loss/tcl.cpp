@@ -13,7 +13,8 @@ namespace {
 torch::Tensor same_image_offdiag(const torch::Tensor& image_id) {
   const auto id = image_id.to(torch::kLong);
   const auto same = id.unsqueeze(1) == id.unsqueeze(0);
-  return same & ~torch::eye(id.size(0), torch::TensorOptions().dtype(torch::kBool));
+  return same &
+         ~torch::eye(id.size(0), torch::TensorOptions().dtype(torch::kBool).device(id.device()));
 }
 
 }  // namespace

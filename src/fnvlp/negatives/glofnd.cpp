@@ -51,8 +51,9 @@ torch::Tensor GlofndSide::update_and_filter(const torch::Tensor& cos, const torc
   check_inputs(cos, negative, pair_ids.size(), "glofnd");
   std::vector<float> lam(pair_ids.size());
   for (size_t r = 0; r < pair_ids.size(); ++r) lam[r] = lambda_[local(pair_ids[r])];
-  const auto above = above_threshold(cos, negative, lam).sum(1).to(torch::kLong).contiguous();
-  const auto n_neg = negative.sum(1).to(torch::kLong).contiguous();
+  const auto above =
+      above_threshold(cos, negative, lam).sum(1).to(torch::kCPU, torch::kLong).contiguous();
+  const auto n_neg = negative.sum(1).to(torch::kCPU, torch::kLong).contiguous();
   const int64_t* a = above.data_ptr<int64_t>();
   const int64_t* n = n_neg.data_ptr<int64_t>();
   undo_.clear();
@@ -127,8 +128,8 @@ torch::Tensor fnc_filter(const torch::Tensor& cos, const torch::Tensor& negative
   FNVLP_CHECK(alpha >= 0 && alpha <= 1, "fnc: alpha " << alpha << " not in [0, 1]");
   FNVLP_CHECK(cos.dim() == 2 && negative.sizes() == cos.sizes(),
               "fnc: expected cos and negative of equal shape [b, N]");
-  const auto c = cos.to(torch::kFloat).contiguous();
-  const auto neg = negative.to(torch::kBool).contiguous();
+  const auto c = cos.to(torch::kCPU, torch::kFloat).contiguous();
+  const auto neg = negative.to(torch::kCPU, torch::kBool).contiguous();
   auto out = torch::zeros(cos.sizes(), torch::kBool);
   const int64_t b = c.size(0), n = c.size(1);
   const float* cp = c.data_ptr<float>();

@@ -56,6 +56,7 @@ struct MethodEnv {
   int64_t batch_size = 0;  // per rank
   int64_t epochs = 0;
   uint64_t seed = 0;
+  torch::Device device{torch::kCPU};  // the model's: where a method's modules and tensors live
   data::PairRange block() const { return partition.block(comm.rank()); }
 };
 

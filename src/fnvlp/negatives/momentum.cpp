@@ -77,7 +77,8 @@ void FeatureQueueImpl::enqueue(const torch::Tensor& img, const torch::Tensor& tx
   torch::NoGradGuard no_grad;
   const int64_t p = ptr(), keep = std::min(n, k), skip = n - keep;
   // Row skip + j goes where a row-by-row enqueue puts it: (p + skip + j) mod k.
-  const torch::Tensor dst = (torch::arange(keep, torch::kLong) + (p + skip)).remainder(k);
+  const torch::Tensor dst =
+      (torch::arange(keep, img_.options().dtype(torch::kLong)) + (p + skip)).remainder(k);
   img_.index_copy_(0, dst, img.detach().narrow(0, skip, keep).to(img_.dtype()));
   txt_.index_copy_(0, dst, txt.detach().narrow(0, skip, keep).to(txt_.dtype()));
   image_id_.index_copy_(0, dst, image_id.narrow(0, skip, keep).to(torch::kLong));

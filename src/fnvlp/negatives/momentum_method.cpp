@@ -15,10 +15,12 @@ MomentumMethod::MomentumMethod(const MethodEnv& env, double momentum, int64_t qu
   // Never trained, and run in eval mode so that its features and targets do not depend on a
   // rank's dropout draws (ALBEF leaves it in train mode; tiny/small have dropout 0 anyway).
   model_m_ = model::Albef(env_.model_config);
+  model_m_->to(env_.device);
   copy_module(*model_m_, *env_.model);
   model_m_->eval();
   for (auto& p : model_m_->parameters()) p.requires_grad_(false);
   queue_ = FeatureQueue(queue_size_, env_.model_config.embed_dim);
+  queue_->to(env_.device);
 }
 
 // Keys = [all-gathered momentum features ; queue]. No gradient reaches the keys, so no cross-rank

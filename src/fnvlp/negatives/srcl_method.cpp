@@ -18,6 +18,7 @@ SrclMethod::SrclMethod(const MethodEnv& env, SrclConfig cfg) : env_(env), cfg_(s
   // The frozen helper H of SRCL (eq. 6): a checkpoint of the same architecture.
   helper_ = model::Albef(env_.model_config);
   env_.comm.collective([&] { store::load_module(cfg_.helper, "model", *helper_); });
+  helper_->to(env_.device);
   helper_->eval();
   for (auto& p : helper_->parameters()) p.requires_grad_(false);
 }

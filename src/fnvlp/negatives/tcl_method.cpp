@@ -9,7 +9,8 @@ void TclMethod::extra_losses(StepContext& s, std::vector<NamedLoss>& out) {
   const data::Batch& batch = s.batch;
   auto& model = env_.model;
   auto gen = step_generator(env_.seed, s.step, env_.comm.rank(), kTclViewStream);
-  const torch::Tensor tokens2 = model->encode_image(env_.augment.train(batch.images, gen));
+  const torch::Tensor tokens2 =
+      model->encode_image(env_.augment.train(batch.images, gen).to(env_.device));
   const torch::Tensor img2 = model->image_embed(tokens2);
   // Two dropout masks on the text (TCL's T and T+); without dropout both passes are equal.
   const torch::Tensor hidden2 = env_.model_config.dropout > 0

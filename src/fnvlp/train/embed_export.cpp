@@ -23,9 +23,13 @@ data::Embeddings embed_dataset(const Comm& comm, model::Albef& model,
     std::vector<int64_t> ids;
     for (int64_t p = first; p < std::min(block.end, first + batch); ++p) ids.push_back(p);
     const data::Batch b = ds.read(ids);
-    const auto x = augment.eval(b.images);
-    const auto ie = model->image_embed(model->encode_image(x)).contiguous();
-    const auto te = model->text_embed(model->encode_text(b.tokens, b.attention_mask)).contiguous();
+    const torch::Device dev = model->temp().device();
+    const auto x = augment.eval(b.images).to(dev);
+    const auto ie = model->image_embed(model->encode_image(x)).to(torch::kCPU).contiguous();
+    const auto te =
+        model->text_embed(model->encode_text(b.tokens.to(dev), b.attention_mask.to(dev)))
+            .to(torch::kCPU)
+            .contiguous();
     img.insert(img.end(), ie.data_ptr<float>(), ie.data_ptr<float>() + ie.numel());
     txt.insert(txt.end(), te.data_ptr<float>(), te.data_ptr<float>() + te.numel());
     pid.insert(pid.end(), ids.begin(), ids.end());

@@ -7,13 +7,15 @@ namespace fnvlp::train {
 
 FlatGradients::FlatGradients(std::vector<torch::Tensor> params) : params_(std::move(params)) {
   int64_t total = 0;
+  const torch::Device device = params_.empty() ? torch::Device(torch::kCPU) : params_[0].device();
   for (const auto& p : params_) {
-    FNVLP_CHECK(p.scalar_type() == torch::kFloat && p.device().is_cpu(),
-                "flat gradients expect float32 CPU parameters, got " << p.scalar_type());
+    FNVLP_CHECK(p.scalar_type() == torch::kFloat && p.device() == device,
+                "flat gradients expect float32 parameters on one device, got "
+                    << p.scalar_type() << " on " << p.device() << " beside " << device);
     offsets_.push_back(total);
     total += p.numel();
   }
-  flat_ = torch::zeros({total}, torch::kFloat);
+  flat_ = torch::zeros({total}, torch::dtype(torch::kFloat).device(device));
   for (size_t i = 0; i < params_.size(); ++i) params_[i].mutable_grad() = slot(i);
 }
 
@@ -67,6 +69,11 @@ int FlatGradients::allreduce_mean(const Comm& comm, size_t chunk_elems) {
   rebind_replaced();
   if (comm.size() == 1) return 0;
   torch::NoGradGuard no_grad;
+  if (flat_.is_cuda()) {  // one collective of the whole buffer (NCCL pipelines it itself)
+    allreduce_sum(comm, flat_);
+    flat_.mul_(1.0f / static_cast<float>(comm.size()));
+    return 1;
+  }
   FNVLP_CHECK(chunk_elems > 0 && chunk_elems <= size_t(std::numeric_limits<int>::max()),
               "allreduce chunk of " << chunk_elems << " floats: must be in [1, 2^31)");
   float* data = flat_.data_ptr<float>();

@@ -11,6 +11,7 @@
 #include "fnvlp/model/model_config.hpp"
 #include "fnvlp/negatives/method_config.hpp"
 #include "fnvlp/store/checkpoint.hpp"
+#include "fnvlp/train/device.hpp"
 #include "fnvlp/train/watchdog.hpp"
 
 namespace fnvlp::train {
@@ -106,10 +107,15 @@ struct TrainConfig {
       // > 0: stop after this many steps (overrides epochs)
       (int64_t, max_steps, 0, config::at_least(0)),
       (int64_t, seed, 42),
-      // fixed reduction order and per-step seeding: bitwise repeatable
+      // fixed reduction order and per-step seeding: bitwise repeatable; on CUDA also deterministic
+      // ATen/cuDNN algorithms and cuBLAS workspaces (train/device.hpp)
       (bool, deterministic, true),
       // libtorch intra-op threads per rank (DESIGN.md §5)
       (int64_t, threads, 1, config::at_least(1)),
+      // auto: cuda when every rank sees a GPU (one per node-local rank), else cpu (train/device.hpp)
+      (DeviceKind, device, DeviceKind::kAuto),
+      // bf16: autocast of the forward passes on CUDA; fp32 master weights, optimizer and losses
+      (Precision, precision, Precision::kFp32),
       (int64_t, log_every, 10, config::at_least(1)),
       (int64_t, prefetch, 3, config::at_least(0)),  // batches read ahead by the loader thread
       (bool, export_embeddings, true),  // embeddings/epoch-EEE.h5 at every epoch end
@@ -131,6 +137,17 @@ struct FaultConfig {
   // clang-format on
 };
 
+// Collectives of device tensors (gradients, gathered features): auto = nccl on CUDA when the build
+// has it, else mpi (host copies). MPI always carries the host-side control traffic.
+struct CommConfig {
+  // clang-format off
+  FNVLP_CONFIG_FIELDS(
+      (CommBackend, backend, CommBackend::kAuto),
+      // a device collective waiting longer is aborted (a failed peer ends the job, not hangs it)
+      (double, timeout_s, 600, config::above(0)))
+  // clang-format on
+};
+
 struct PretrainConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(
@@ -142,6 +159,7 @@ struct PretrainConfig {
       (NegativesConfig, negatives, ),
       (SamplerConfig, sampler, ),
       (TrainConfig, train, ),
+      (CommConfig, comm, ),
       (store::CheckpointConfig, checkpoint, ),
       (WatchdogConfig, watchdog, ),
       (NonFiniteConfig, non_finite, ),

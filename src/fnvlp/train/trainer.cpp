@@ -89,15 +89,26 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
   torch::set_num_threads(static_cast<int>(cfg_.train.threads));
   set_blas_threads(static_cast<int>(cfg_.train.threads));
   torch::manual_seed(static_cast<uint64_t>(cfg_.train.seed));
+  device_ = choose_device(comm_, cfg_.train.device);
+  check_precision(comm_, cfg_.train.precision, device_.device);
+  configure_cuda_math(device_.device, cfg_.train.deterministic);
+  nccl_ = make_device_comm(comm_, device_, cfg_.comm.backend, cfg_.comm.timeout_s);
+  set_device_collectives(comm_, nccl_.get());
+  if (comm_.is_root())
+    spdlog::info("pretrain: device {}, precision {}, device collectives {}", device_.describe(),
+                 config::enum_to_name(cfg_.train.precision),
+                 nccl_ ? "nccl" : (device_.device.is_cuda() ? "mpi (host copies)" : "mpi"));
+  // Initialised on the host (the same draws as a CPU run), then moved.
   model_ = model::Albef(cfg_.model);
   if (!opt.init_checkpoint.empty()) load_pretrained_weights(comm_, opt.init_checkpoint, *model_);
   broadcast_module(comm_, *model_);
+  model_->to(device_.device);
   params_ = model_->parameters();
   grads_ = std::make_unique<FlatGradients>(params_);
   optimizer_ = make_adamw(cfg_.optim, params_);
   env_ = std::make_unique<negatives::MethodEnv>(negatives::MethodEnv{
       comm_, model_, cfg_.model, partition_, augment_, dataset_.num_pairs(), cfg_.train.batch_size,
-      cfg_.train.epochs, static_cast<uint64_t>(cfg_.train.seed)});
+      cfg_.train.epochs, static_cast<uint64_t>(cfg_.train.seed), device_.device});
   methods_ = make_methods(cfg_, *env_);
   for (auto& m : methods_)
     if (m->sampler()) sampler_ = m->sampler();
@@ -132,6 +143,15 @@ int Trainer::run(Watchdog& dog) {
     ckpt_.check_free_space(3 * module_bytes(*model_) + optimizer_state_bytes(*optimizer_) +
                            methods_bytes);
     resumed = maybe_resume();
+    // A checkpoint written on another device (CPU <-> CUDA) loads where it was saved.
+    if (resumed) {
+      model_->to(device_.device);
+      for (auto& kv : optimizer_->state()) {
+        auto& st = static_cast<torch::optim::AdamWParamState&>(*kv.second);
+        st.exp_avg(st.exp_avg().to(device_.device));
+        st.exp_avg_sq(st.exp_avg_sq().to(device_.device));
+      }
+    }
   }
   MetricsWriter metrics(run_.metrics_path(), comm_,
                         resumed ? std::optional<int64_t>(step_) : std::nullopt);
@@ -155,6 +175,10 @@ int Trainer::run(Watchdog& dog) {
     auto gen = negatives::step_generator(seed(), step, comm_.rank(), negatives::kAugmentStream);
     b.prepared = augment_.train(b.images, gen);
     b.prepared_for = step;
+    if (device_.device.is_cuda())  // page-locked: the step's host-to-device copies are async
+      for (torch::Tensor* t :
+           {&b.prepared, &b.tokens, &b.attention_mask, &b.pair_id, &b.image_id, &b.label})
+        *t = t->pin_memory();
   });
   if (resumed && !sampler_state_.is_null())
     loader.resume(sampler_state_, step_);
@@ -227,8 +251,9 @@ int Trainer::run(Watchdog& dog) {
 }
 
 // One optimizer step (or a skipped one), read top to bottom. Returns this rank's losses.
-StepLosses Trainer::train_step(const data::Batch& batch) {
-  begin_step(batch);
+StepLosses Trainer::train_step(const data::Batch& host_batch) {
+  begin_step(host_batch);
+  const data::Batch batch = on_device(host_batch);
   StepContext s{batch, clock_, step_, epoch_, total_steps_};
   for (auto& m : methods_) s.want_plain_mlm = s.want_plain_mlm || m->needs_plain_mlm();
   s.images = batch.prepared;  // augmented for this step by the loader (run())
@@ -236,7 +261,11 @@ StepLosses Trainer::train_step(const data::Batch& batch) {
 
   const loss::ItcInputs in = itc_inputs(s);  // ITC against the global batch, methods applied
   const loss::ItcResult itc = loss::itc_loss(in);
-  const std::vector<torch::Tensor> image_keys = model_->image_keys(s.image_tokens);
+  std::vector<torch::Tensor> image_keys;
+  {
+    AutocastScope autocast(bf16());
+    image_keys = model_->image_keys(s.image_tokens);
+  }
   const torch::Tensor itm = itm_loss(s, in, itc, image_keys);  // ITM with hard negatives
   const torch::Tensor mlm = mlm_loss(s, image_keys);           // MLM on masked captions
   torch::Tensor total =
@@ -304,10 +333,16 @@ void Trainer::begin_step(const data::Batch& batch) {
 // masks, weights or keys.
 loss::ItcInputs Trainer::itc_inputs(StepContext& s) {
   const data::Batch& batch = s.batch;
-  s.image_tokens = model_->encode_image(s.images);
-  s.text_hidden = model_->encode_text(batch.tokens, batch.attention_mask);
-  s.img = model_->image_embed(s.image_tokens);
-  s.txt = model_->text_embed(s.text_hidden);
+  {
+    AutocastScope autocast(bf16());
+    s.image_tokens = model_->encode_image(s.images);
+    s.text_hidden = model_->encode_text(batch.tokens, batch.attention_mask);
+    s.img = model_->image_embed(s.image_tokens);
+    s.txt = model_->text_embed(s.text_hidden);
+  }
+  // ITC, the methods' thresholds and the gathered features compare fp32 similarities.
+  s.img = s.img.to(torch::kFloat);
+  s.txt = s.txt.to(torch::kFloat);
   s.temp = model_->temp();  // outside any NoGradGuard: it is learned
   const int64_t ramp =
       cfg_.loss.soft_warmup_steps < 0 ? uniform_steps_ : cfg_.loss.soft_warmup_steps;
@@ -359,36 +394,52 @@ torch::Tensor Trainer::itm_loss(StepContext& s, const loss::ItcInputs& in,
       itc.sim_i2t.index({all, local}), itc.sim_t2i.index({all, local}), s.batch.image_id, excl_i2t,
       excl_t2i, loss::parse_itm_negative_mode(cfg_.loss.itm_negatives), gen);
   const loss::ItmPairs pairs = loss::itm_pairs(negatives);
-  const torch::Tensor fused = model_->fuse_cls(s.text_hidden, s.batch.attention_mask, image_keys,
-                                               {pairs.text_index, pairs.image_index});
-  return loss::itm_loss(model_->itm_logits(fused), pairs.labels);
+  torch::Tensor logits;
+  {
+    AutocastScope autocast(bf16());
+    logits = model_->itm_logits(model_->fuse_cls(s.text_hidden, s.batch.attention_mask, image_keys,
+                                                 {pairs.text_index, pairs.image_index}));
+  }
+  return loss::itm_loss(logits.to(torch::kFloat), pairs.labels);
 }
 
 // MLM on a masked copy of the captions, conditioned on the image, at the masked positions only
 // (skipped at weight 0, as in retrieval fine-tuning: a third of the step's compute).
 torch::Tensor Trainer::mlm_loss(StepContext& s, const std::vector<torch::Tensor>& image_keys) {
-  if (cfg_.loss.mlm_weight == 0) return torch::zeros({});
+  if (cfg_.loss.mlm_weight == 0)
+    return torch::zeros({}, torch::dtype(torch::kFloat).device(device_.device));
   const torch::Tensor& mask = s.batch.attention_mask;
   auto gen = negatives::step_generator(seed(), step_, comm_.rank(), negatives::kMlmStream);
   const data::SpecialTokens& special = dataset_.special_tokens();
   s.masking =
       loss::mask_tokens(s.batch.tokens, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size,
                         special.mask, {special.pad, special.cls, special.sep}, gen);
+  // The decoder and its cross-entropy under autocast too (autocast runs the softmax in fp32).
+  AutocastScope autocast(bf16());
   const torch::Tensor at_masked = model_->fuse_at(model_->encode_text(s.masking.input_ids, mask),
                                                   mask, image_keys, {}, s.masking.positions);
   for (auto& m : methods_)
-    if (torch::Tensor l = m->mlm_loss(s, at_masked); l.defined()) return l;
+    if (torch::Tensor l = m->mlm_loss(s, at_masked); l.defined()) return l.to(torch::kFloat);
   // The decoder's logits feed only this loss: one fused node (loss/mlm.hpp).
   torch::Tensor l =
       loss::linear_cross_entropy(model_->mlm_hidden(at_masked), model_->mlm_decoder_weight(),
                                  model_->mlm_bias(), s.masking.targets);
   if (s.want_plain_mlm) s.mlm_plain = l.item<double>();
-  return l;
+  return l.to(torch::kFloat);
 }
 
 void Trainer::sum_rows(torch::Tensor& t) {
-  t = t.contiguous();
-  comm_.allreduce(t.data_ptr<float>(), static_cast<size_t>(t.numel()), ReduceOp::kSum);
+  t = t.to(torch::kFloat).contiguous();
+  allreduce_sum(comm_, t);
+}
+
+data::Batch Trainer::on_device(const data::Batch& batch) const {
+  if (device_.device.is_cpu()) return batch;
+  data::Batch d = batch;
+  for (torch::Tensor* t :
+       {&d.prepared, &d.tokens, &d.attention_mask, &d.pair_id, &d.image_id, &d.label})
+    if (t->defined()) *t = t->to(device_.device, /*non_blocking=*/true);
+  return d;
 }
 
 void Trainer::log_progress(MetricsWriter& metrics, const BatchSource& loader) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "fnvlp/comm/nccl.hpp"
 #include "fnvlp/core/timer.hpp"
 #include "fnvlp/data/augment.hpp"
 #include "fnvlp/data/dataset.hpp"
@@ -22,6 +23,7 @@
 #include "fnvlp/store/pretrained.hpp"
 #include "fnvlp/store/run_dir.hpp"
 #include "fnvlp/train/batch_source.hpp"
+#include "fnvlp/train/device.hpp"
 #include "fnvlp/train/grad_sync.hpp"
 #include "fnvlp/train/pretrain_config.hpp"
 #include "fnvlp/train/step_telemetry.hpp"
@@ -92,6 +94,11 @@ class Trainer {
 
   void sum_rows(torch::Tensor& t);
 
+  // The batch's tensors on the training device (pinned by the loader thread, so the copies are
+  // asynchronous; the step's first kernels wait for them in stream order).
+  data::Batch on_device(const data::Batch& batch) const;
+  bool bf16() const { return cfg_.train.precision == Precision::kBf16; }
+
   void log_progress(MetricsWriter& metrics, const BatchSource& loader);
 
   void finish_epoch(Watchdog& dog, MetricsWriter& metrics);
@@ -135,6 +142,8 @@ class Trainer {
   data::Augmenter augment_;
   CheckpointManager ckpt_;
   SkipCounter skips_;
+  DeviceChoice device_;
+  std::unique_ptr<NcclComm> nccl_;  // collectives of device tensors (null: MPI)
   StepTelemetry telemetry_;
   model::Albef model_{nullptr};
   std::vector<torch::Tensor> params_;

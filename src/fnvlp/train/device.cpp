@@ -1,0 +1,145 @@
+#include "fnvlp/train/device.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "fnvlp/comm/job_main.hpp"
+#include "fnvlp/comm/nccl.hpp"
+#include "fnvlp/comm/node_local.hpp"
+#include "fnvlp/comm/tensors.hpp"
+
+#if FNVLP_WITH_CUDA
+#include <ATen/autocast_mode.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+namespace fnvlp::train {
+
+namespace {
+std::string host_name() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+}  // namespace
+
+bool cuda_built() {
+#if FNVLP_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+int cuda_devices() {
+#if FNVLP_WITH_CUDA
+  return static_cast<int>(torch::cuda::device_count());
+#else
+  return 0;
+#endif
+}
+
+std::string DeviceChoice::describe() const {
+  return device.str() + " (node-local rank " + std::to_string(local_rank) + " of " +
+         std::to_string(local_size) + ", " + std::to_string(visible) + " CUDA devices visible)";
+}
+
+DeviceChoice choose_device(const Comm& comm, DeviceKind want) {
+  DeviceChoice c;
+  const NodeLocal local = node_local(comm);
+  c.local_rank = local.rank;
+  c.local_size = local.size;
+  c.visible = want == DeviceKind::kCpu ? 0 : cuda_devices();
+  if (want == DeviceKind::kCpu) return c;
+  std::string error;
+  if (want == DeviceKind::kCuda && c.visible == 0) {
+    const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
+    error = "train.device=cuda but rank " + std::to_string(comm.rank()) + " on " + host_name() +
+            " sees no CUDA device (" +
+            (cuda_built() ? std::string("CUDA_VISIBLE_DEVICES=") + (cvd ? cvd : "<unset>")
+                          : std::string("this build has no CUDA: FNVLP_GPU=1 env/build.sh")) +
+            "); use train.device=cpu or auto";
+  }
+  if (const std::string agreed = agree_on_error(comm, error); !agreed.empty())
+    throw UsageError(agreed);
+  // auto: one device kind for the whole job (the collectives of a mixed job would not match).
+  const bool all_cuda = comm.allreduce_min(c.visible > 0 ? 1 : 0) == 1;
+  if (!all_cuda) {
+    if (comm.is_root())
+      spdlog::info("train.device=auto: {} -> cpu",
+                   cuda_built() ? "a rank sees no CUDA device" : "this build has no CUDA");
+    return c;
+  }
+#if FNVLP_WITH_CUDA
+  // cuBLAS reads it when its first handle is made: reproducible GEMM reductions
+  // (train.deterministic)
+  setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  const int index = c.local_rank % c.visible;
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
+  c.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  if (c.local_size > c.visible && c.local_rank == 0)
+    spdlog::warn("{} ranks on {} share {} CUDA devices: ranks share GPUs (NCCL refuses that)",
+                 c.local_size, host_name(), c.visible);
+#endif
+  return c;
+}
+
+std::unique_ptr<NcclComm> make_device_comm(const Comm& comm, const DeviceChoice& device,
+                                           CommBackend backend, double timeout_s) {
+  if (backend == CommBackend::kMpi) return nullptr;
+  if (!device.device.is_cuda()) {
+    if (backend == CommBackend::kNccl)
+      throw UsageError("comm.backend=nccl needs train.device=cuda (the device is " +
+                       device.device.str() + ")");
+    return nullptr;
+  }
+  if (!nccl_built()) {
+    if (backend == CommBackend::kNccl)
+      throw UsageError("comm.backend=nccl: this build has no NCCL (FNVLP_GPU=1 env/build.sh)");
+    if (comm.is_root()) spdlog::info("comm.backend=auto: no NCCL in this build -> mpi");
+    return nullptr;
+  }
+  return std::make_unique<NcclComm>(comm, timeout_s);
+}
+
+void configure_cuda_math(const torch::Device& device, bool on) {
+  if (!device.is_cuda()) return;
+  auto& ctx = at::globalContext();
+  ctx.setFloat32MatmulPrecision("highest");
+  ctx.setAllowTF32CuDNN(false);
+  ctx.setDeterministicAlgorithms(on, /*warn_only=*/true);
+  ctx.setDeterministicCuDNN(on);
+  ctx.setBenchmarkCuDNN(!on);
+}
+
+void check_precision(const Comm& comm, Precision precision, const torch::Device& device) {
+  if (precision == Precision::kBf16 && !device.is_cuda())
+    throw UsageError("train.precision=bf16 needs a CUDA device (the device is " + device.str() +
+                     "): bf16 autocast runs on CUDA only; use fp32 on the CPU");
+}
+
+#if FNVLP_WITH_CUDA
+AutocastScope::AutocastScope(bool enabled) : enabled_(enabled) {
+  if (!enabled_) return;
+  previous_ = at::autocast::is_autocast_enabled(at::kCUDA);
+  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+  at::autocast::set_autocast_enabled(at::kCUDA, true);
+  at::autocast::increment_nesting();
+}
+
+AutocastScope::~AutocastScope() {
+  if (!enabled_) return;
+  // The cast weights are cached while autocast is on; freed when the outermost scope ends.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_autocast_enabled(at::kCUDA, previous_);
+}
+#else
+AutocastScope::AutocastScope(bool enabled) : enabled_(enabled) {
+  FNVLP_CHECK(!enabled_, "bf16 autocast needs the CUDA build (FNVLP_GPU=1 env/build.sh)");
+}
+AutocastScope::~AutocastScope() = default;
+#endif
+
+}  // namespace fnvlp::train

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Packs into DIR (default <repo>/.device, git-ignored; the device tool carries it) what a lent GPU
+# machine without Debian packages needs to run the gpu checks and the GPU benchmark against its
+# own PyTorch 2.11 (the version env/install-gpu.sh pins, so the GPU build's programs link there):
+# the GPU build's programs, the vocabulary and env/device-prefix.sh's runtime prefix.
+# Usage: tests/gpu/device_pack.sh [BUILD_DIR (build-gpu)] [DIR]   Then: tests/gpu/device_run.sh DIR
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=$(cd "${1:-$root/build-gpu}" && pwd)
+dir=${2:-$root/.device}
+rm -rf "$dir/build"
+mkdir -p "$dir/build/jobs" "$dir/build/data_prep" "$dir/build/tests/golden" "$dir/build/tests/mpi"
+progs=("$build"/jobs/fnvlp-pretrain "$build"/data_prep/fnvlp-synth "$build"/data_prep/fnvlp-shard
+  "$build"/tests/golden/fnvlp_golden_tests "$build"/tests/mpi/fnvlp_nccl_tests)
+for p in "${progs[@]}"; do
+  rel=${p#"$build"/}
+  cp "$p" "$dir/build/$rel"
+  strip --strip-debug "$dir/build/$rel"
+done
+cp "${FNVLP_SHARED_DIR:-$root/../shared}/data/vocab/bert-base-uncased-vocab.txt" "$dir/vocab.txt"
+[ -s "$dir/prefix.tar.xz" ] || bash "$root/env/device-prefix.sh" "$dir" "${progs[@]}"
+du -sh "$dir"

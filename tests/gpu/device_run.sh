@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# On a lent GPU machine (tests/gpu/device_pack.sh made DIR here): unpacks the runtime prefix,
+# points the programs at that machine's PyTorch and CUDA libraries, and runs the named parts:
+#   checks: the gpu ctest cases (golden step, equivalence, shared GPU, bf16, kill + resume, NCCL)
+#   bench:  tests/bench/gpu_pretrain.sh
+# Results go to $OUT (gpu_checks.log, results.jsonl, ...). Usage: device_run.sh DIR PART...
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+dir=$(cd "$1" && pwd)
+shift
+out=${OUT:-/tmp/fnvlp-device-out}
+mkdir -p "$out" /tmp/fnvlp-prefix
+tar -xJf "$dir/prefix.tar.xz" -C /tmp/fnvlp-prefix
+site=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+# Python keeps the machine's own libraries: the prefix's (bookworm's zlib, OpenSSL, ...) would
+# shadow them through LD_LIBRARY_PATH.
+printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec %s "$@"\n' "${LD_LIBRARY_PATH:-}" "$(command -v python3)" \
+  >/tmp/fnvlp-python3
+chmod +x /tmp/fnvlp-python3
+export FNVLP_PYTHON=/tmp/fnvlp-python3 PYTHON=/tmp/fnvlp-python3
+# shellcheck disable=SC1091
+source /tmp/fnvlp-prefix/activate.sh /tmp/fnvlp-prefix
+export LD_LIBRARY_PATH=$site/torch/lib:$site/nvidia/nccl/lib:$site/nvidia/cu13/lib:/usr/local/cuda/lib64:$LD_LIBRARY_PATH
+export OMP_NUM_THREADS=1 HDF5_USE_FILE_LOCKING=FALSE OMPI_ALLOW_RUN_AS_ROOT=1 \
+  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+bin=$dir/build
+nvidia-smi -L
+"$FNVLP_PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+if ldd "$bin/jobs/fnvlp-pretrain" | grep 'not found'; then
+  echo "FAIL: unresolved libraries"
+  exit 1
+fi
+ldd "$bin/jobs/fnvlp-pretrain" | grep -E 'libtorch_cuda|libnccl|libcudart'
+status=0
+check() {  # NAME COMMAND...: runs one check, one summary line per check
+  local name=$1 t0 rc
+  shift
+  t0=$(date +%s)
+  "$@" >"$out/$name.log" 2>&1
+  rc=$?
+  case $rc in 0) r=PASS ;; 77) r=SKIPPED ;; *) r="FAIL($rc)" status=1 ;; esac
+  echo "$name: $r in $(($(date +%s) - t0)) s" | tee -a "$out/gpu_checks.log"
+  tail -n 4 "$out/$name.log"
+}
+for part in "$@"; do
+  case $part in
+  equivalence | bf16 | kill_resume | shared_gpu | no_cuda)
+    check "gpu_$part" bash "$root/tests/gpu/gpu_pretrain.sh" "$part" "$bin" "$dir/vocab.txt" "$root"
+    ;;
+  nccl) check nccl_np1 mpirun --oversubscribe -np 1 "$bin/tests/mpi/fnvlp_nccl_tests" ;;
+  checks)
+    check golden_step env FNVLP_GOLDEN_DEVICE=cuda "$bin/tests/golden/fnvlp_golden_tests"
+    check nccl_np1 mpirun --oversubscribe -np 1 "$bin/tests/mpi/fnvlp_nccl_tests"
+    for c in equivalence bf16 kill_resume shared_gpu no_cuda; do
+      check "gpu_$c" bash "$root/tests/gpu/gpu_pretrain.sh" "$c" "$bin" "$dir/vocab.txt" "$root"
+    done
+    ;;
+  bench) OUT=$out bash "$root/tests/bench/gpu_pretrain.sh" "$bin" "$dir/vocab.txt" "$out" ;;
+  *) echo "unknown part $part" ;;
+  esac
+done
+exit $status

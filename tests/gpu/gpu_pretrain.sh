@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# GPU checks of whole fnvlp-pretrain runs (label gpu): CASE BUILD_DIR VOCAB SOURCE_DIR.
+#   no_cuda      train.device=cuda where no GPU is visible: exit 2 naming every rank (runs anywhere)
+#   equivalence  every method, CPU vs CUDA from the same initial weights: step 1 within 1e-4,
+#                the next steps within 2e-3 (relative; fp32, different kernels and reduction orders)
+#   shared_gpu   2 ranks on one GPU with comm.backend=mpi (host-staged collectives) vs 2 CPU ranks
+#   bf16         CUDA bf16 vs CUDA fp32: step 1 within 3e-2, finite and learning over 30 steps
+#   kill_resume  100 deterministic CUDA steps, SIGKILL at step 50, --resume auto: bitwise equal
+# Without a usable GPU the GPU cases print "SKIPPED: <why>" and exit 77 (ctest: Skipped).
+set -euo pipefail
+case_=$1 bin=$2 vocab=$3 src=$4
+work=$(mktemp -d "${TMPDIR:-/tmp}/fnvlp_gpu.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+export HDF5_USE_FILE_LOCKING=FALSE OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+py=${FNVLP_PYTHON:-python3}
+fail() { echo "FAIL: $*"; exit 1; }
+mpirun1=(mpirun --oversubscribe -np 1)
+mpirun2=(mpirun --oversubscribe -np 2)
+
+make_data() {  # 32 images x 5 captions at 64 px: 140 training pairs, 8 steps of 16 per epoch
+  "${mpirun2[@]}" "$bin/data_prep/fnvlp-synth" --out "$work/synth" --images 32 \
+    --captions-per-image 5 --classes 4 --image-size 64 --seed 3 --val-fraction 0.1 >/dev/null
+  "${mpirun2[@]}" "$bin/data_prep/fnvlp-shard" --input "$work/synth/captions.json" \
+    --image-root "$work/synth" --split-file "$work/synth/splits.json" --split train \
+    --vocab "$vocab" --out "$work/shards" --image-size 64 --shard-size 100 >/dev/null
+}
+common=(--data "$work/shards" --config "$src/jobs/configs/tiny.yaml" --set train.batch_size=16
+        --set train.log_every=1 --set optim.warmup_steps=2 --set train.deterministic=true
+        --set train.export_embeddings=false --set watchdog.timeout_s=300)
+run() {  # run NAME NP ARGS...: one pretraining run, its output in $work/NAME.txt
+  local name=$1 np=$2
+  shift 2
+  mpirun --oversubscribe -np "$np" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/$name" \
+    "$@" >"$work/$name.txt" 2>&1 || { tail -25 "$work/$name.txt"; fail "run $name"; }
+}
+need_gpu() {
+  local why=""
+  if ! ldd "$bin/jobs/fnvlp-pretrain" | grep -q libtorch_cuda; then
+    why="this build has no CUDA (FNVLP_GPU=1 env/build.sh builds one)"
+  elif ! out=$(CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-} nvidia-smi -L 2>&1) || [ -z "$out" ]; then
+    why="no CUDA device on $(hostname) (nvidia-smi: ${out:-none})"
+  fi
+  if [ -n "$why" ]; then
+    echo "SKIPPED: gpu.$case_: $why"
+    exit 77
+  fi
+}
+# compare A B STEP1_TOL LATER_TOL: per-step itc/itm/mlm of two runs, relative differences.
+compare() {
+  "$py" - "$work/$1" "$work/$2" "$3" "$4" <<'PY'
+import json, sys
+def rows(run):
+    return {r["step"]: r for r in map(json.loads, open(run + "/metrics.jsonl")) if "itc" in r}
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+tol1, tol = float(sys.argv[3]), float(sys.argv[4])
+assert sorted(a) == sorted(b) and a, ("steps differ", sorted(a), sorted(b))
+worst = {}
+for s in sorted(a):
+    for k in ("itc", "itm", "mlm"):
+        d = abs(a[s][k] - b[s][k]) / max(abs(a[s][k]), 1e-6)
+        worst[s] = max(worst.get(s, 0), d)
+        assert d <= (tol1 if s == min(a) else tol), (
+            "step %d %s: %r vs %r (relative %.2e)" % (s, k, a[s][k], b[s][k], d))
+print("  %s vs %s: %d steps, worst relative difference per step %s" % (
+    sys.argv[1].rsplit("/", 1)[1], sys.argv[2].rsplit("/", 1)[1], len(a),
+    " ".join("%.1e" % worst[s] for s in sorted(worst))))
+PY
+}
+expect() { grep -qE -- "$1" "$2" || { tail -20 "$2"; fail "$2 lacks /$1/"; }; }
+
+case $case_ in
+no_cuda)
+  make_data
+  set +e
+  CUDA_VISIBLE_DEVICES="" timeout 300 "${mpirun2[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" \
+    --out "$work/a" --set train.max_steps=2 --set train.device=cuda >"$work/a.txt" 2>&1
+  rc=$?
+  set -e
+  [ "$rc" -eq 2 ] || { tail -20 "$work/a.txt"; fail "exit $rc, expected 2"; }
+  for r in 0 1; do expect "train.device=cuda but rank $r on .* sees no CUDA device" "$work/a.txt"; done
+  echo "  exit 2, both ranks named"
+  ;;
+equivalence)
+  need_gpu
+  make_data
+  methods=("uniform:" "glofnd:--set negatives.method=glofnd --set negatives.alpha=0.05"
+    "fnc:--set negatives.method=fnc --set negatives.alpha=0.05"
+    "srcl:--set negatives.method=srcl" "tcl:--set loss.tcl.enabled=true"
+    "momentum:--set loss.soft_targets=momentum --set loss.queue_size=64"
+    "grit:--set sampler.kind=grit --set sampler.grit.q=1 --set train.export_embeddings=true"
+    "falcon:--set sampler.kind=falcon --set train.export_embeddings=true")
+  for m in "${methods[@]}"; do
+    name=${m%%:*}
+    read -r -a extra <<<"${m#*:}"
+    # grit/falcon group batches from epoch 1: 8 uniform steps, then 3 grouped ones.
+    steps=5
+    case $name in grit | falcon) steps=11 ;; esac
+    run "$name-cpu" 1 --set train.max_steps=$steps --set train.device=cpu "${extra[@]}"
+    run "$name-cuda" 1 --set train.max_steps=$steps --set train.device=cuda "${extra[@]}"
+    expect "device cuda:0" "$work/$name-cuda.txt"
+    compare "$name-cpu" "$name-cuda" 1e-4 2e-3
+  done
+  ;;
+shared_gpu)
+  need_gpu
+  make_data
+  run cpu2 2 --set train.max_steps=6 --set train.device=cpu --set negatives.method=glofnd
+  run cuda2 2 --set train.max_steps=6 --set train.device=cuda --set comm.backend=mpi \
+    --set negatives.method=glofnd
+  expect "device collectives mpi \(host copies\)" "$work/cuda2.txt"
+  compare cpu2 cuda2 1e-4 2e-3
+  ;;
+bf16)
+  need_gpu
+  make_data
+  run fp32 1 --set train.max_steps=30 --set train.device=cuda
+  run bf16 1 --set train.max_steps=30 --set train.device=cuda --set train.precision=bf16
+  compare fp32 bf16 3e-2 1
+  "$py" - "$work/bf16" <<'PY'
+import json, math, sys
+r = [x for x in map(json.loads, open(sys.argv[1] + "/metrics.jsonl")) if "itc" in x]
+assert all(math.isfinite(x["loss"]) for x in r), "non-finite bf16 loss"
+first, last = sum(x["loss"] for x in r[:5]) / 5, sum(x["loss"] for x in r[-5:]) / 5
+assert last < first, ("bf16 loss did not fall", first, last)
+print("  bf16: loss %.4f -> %.4f over %d steps" % (first, last, len(r)))
+PY
+  ;;
+kill_resume)
+  need_gpu
+  make_data
+  run ref 1 --set train.max_steps=100 --set train.device=cuda --set checkpoint.every_steps=0
+  set +e
+  FNVLP_FAULT="step.kill:50:0" timeout 600 "${mpirun1[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" \
+    --out "$work/a" --set train.max_steps=100 --set train.device=cuda \
+    --set checkpoint.every_steps=10 >"$work/a-killed.txt" 2>&1
+  rc=$?
+  set -e
+  [ "$rc" -ne 0 ] || fail "the killed run succeeded"
+  run a 1 --set train.max_steps=100 --set train.device=cuda --set checkpoint.every_steps=10 \
+    --resume auto
+  expect "resumed from .*step-0000050 \(step 50," "$work/a.txt"
+  compare ref a 0 0
+  echo "  bitwise equal after the resume at step 50"
+  ;;
+*) fail "unknown case $case_" ;;
+esac
+echo "PASS: gpu.$case_"
