@@ -25,7 +25,9 @@ bool fused_adamw_step(torch::optim::AdamW& opt, float grad_scale = 1.0f);
 
 // A parameter's key in libtorch's optimizer state map: its TensorImpl's address, printed
 // (libtorch 1.x, std::string keys) or as the pointer itself (2.x, void* keys).
-inline auto optimizer_state_key(const torch::optim::Optimizer& opt, const torch::Tensor& p) {
+// (A template so that only the branch of this libtorch's key type is instantiated.)
+template <class Optimizer>
+auto optimizer_state_key(const Optimizer& opt, const torch::Tensor& p) {
   using Key = typename std::decay_t<decltype(opt.state())>::key_type;
   if constexpr (std::is_same_v<Key, std::string>) {
     std::ostringstream os;
