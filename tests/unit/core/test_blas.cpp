@@ -21,11 +21,12 @@ const char* openblas_core() {
 }
 
 // The "Core: NAME" lines OpenBLAS prints at start-up with OPENBLAS_VERBOSE=2, in order, from
-// `fnvlp-report --help` run with the given environment prefix (one line per program image).
+// `fnvlp-pretrain --help` run with the given environment prefix (one line per program image): a
+// job that calls BLAS itself, so OpenBLAS is loaded whichever libtorch (and BLAS) it links.
 std::vector<std::string> job_cores(const std::string& env) {
   const std::string cmd = "env -u OPENBLAS_CORETYPE -u FNVLP_OPENBLAS_REPLACED_CORE " + env +
                           " OPENBLAS_VERBOSE=2 '" FNVLP_BINARY_DIR
-                          "/analysis/fnvlp-report' --help 2>&1";
+                          "/jobs/fnvlp-pretrain' --help 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   EXPECT_NE(pipe, nullptr) << cmd;
   if (pipe == nullptr) return {};

@@ -17,6 +17,10 @@
 
 namespace {
 
+// model::dense runs the system CBLAS; libtorch's own matmuls run the same library for Debian's
+// libtorch (OpenBLAS) but MKL for the PyTorch wheel's (the GPU build): bits may differ then.
+bool same_blas_as_libtorch() { return !at::globalContext().hasMKL(); }
+
 using fnvlp::model::Albef;
 using fnvlp::model::ModelConfig;
 namespace F = torch::nn::functional;
@@ -177,7 +181,12 @@ TEST(Albef, FusionUsesTheImageTextEncoderDoesNot) {
     torch::NoGradGuard no_grad;
     const auto other_img = model->encode_image(torch::randn(b.images.sizes(), gen(7)));
     EXPECT_GT(max_abs_diff(fused, model->fuse(txt, b.mask, other_img)), 1e-3);
-    EXPECT_TRUE(torch::equal(txt, model->encode_text(b.ids, b.mask)));
+    // Bitwise where libtorch and model::dense share the BLAS (Debian's libtorch on OpenBLAS);
+    // under no-grad dense is torch::linear, so with the wheel's MKL the last bits may differ.
+    if (same_blas_as_libtorch())
+      EXPECT_TRUE(torch::equal(txt, model->encode_text(b.ids, b.mask)));
+    else
+      EXPECT_LT(max_abs_diff(txt, model->encode_text(b.ids, b.mask)), 1e-5);
   }
   // Autograd agrees: the fused [CLS] depends on the pixels, the text [CLS] has no path to them.
   // (Outputs are read through a random direction r: the plain sum of a LayerNorm output with unit
@@ -292,7 +301,10 @@ TEST(Albef, DenseMatchesLinearAndAccumulatesIntoBoundGradients) {
   for (const bool bound : {false, true}) {
     SCOPED_TRACE(bound ? "bound gradient buffers" : "gradients returned");
     const auto want = run(false, bound), got = run(true, bound);
-    EXPECT_TRUE(torch::equal(got[0], want[0]));
+    if (same_blas_as_libtorch())
+      EXPECT_TRUE(torch::equal(got[0], want[0]));
+    else
+      EXPECT_LT(max_abs_diff(got[0], want[0]) / want[0].abs().max().item<double>(), 1e-6);
     for (size_t i = 1; i < want.size(); ++i) {
       ASSERT_TRUE(got[i].defined()) << i;
       EXPECT_LT(max_abs_diff(got[i], want[i]) / want[i].abs().max().item<double>(), 1e-6) << i;
