@@ -91,6 +91,8 @@ int allreduce_gradients(const Comm& comm, const std::vector<torch::Tensor>& para
     FNVLP_CHECK(p.scalar_type() == torch::kFloat, "gradient averaging expects float32 parameters");
     auto& grad = p.mutable_grad();
     if (!grad.defined()) grad = torch::zeros_like(p);
+    // libtorch 2.x leaves an embedding's gradient sparse (1.13 made it dense): averaged densely.
+    if (grad.is_sparse()) grad = grad.to_dense();
     if (single) continue;  // the average over one rank is the gradient itself: no copies
     const auto n = static_cast<size_t>(grad.numel());
     if (!bucket.empty() && bucket.size() + n > bucket_elems) flush();
