@@ -91,6 +91,8 @@ void MomentumMethod::load(const std::string& dir, int) {
                      "with it; resume with the run's own loss.soft_targets, or start a new run");
   store::load_module(dir, "momentum_model", *model_m_);
   store::load_module(dir, "momentum_queue", *queue_);
+  model_m_->to(env_.device);  // checkpoints load onto the host (store::load_module)
+  queue_->to(env_.device);
   queue_->check(queue_size_, env_.model_config.embed_dim);
 }
 

@@ -149,7 +149,9 @@ void load_archive(const std::string& path, LoadFn&& use) {
   FNVLP_CHECK(fs::exists(path), "checkpoint file '" << path << "' is missing");
   try {
     torch::serialize::InputArchive archive;
-    archive.load_from(path);
+    // Onto the host whatever device wrote it: a GPU run's checkpoint loads on CPU-only nodes
+    // (evaluation, simstat); the trainer moves what it loads to its own device.
+    archive.load_from(path, torch::Device(torch::kCPU));
     use(archive);
   } catch (const c10::Error& e) {
     FNVLP_FAIL("cannot load '" << path << "': " << e.what_without_backtrace());
