@@ -133,6 +133,8 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
   register_components();
 }
 
+Trainer::~Trainer() { set_device_collectives(comm_, nullptr); }
+
 int Trainer::run(Watchdog& dog) {
   bool resumed = false;
   {

@@ -54,6 +54,8 @@ using store::write_model_config;
 class Trainer {
  public:
   Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOptions& opt);
+  // Unregisters its NCCL communicator from the tensor collectives before it goes.
+  ~Trainer();
 
   // The training loop under `dog` (created before the constructor, so start-up is watched too).
   int run(Watchdog& dog);
