@@ -7,7 +7,9 @@
 #   srcl    with a frozen helper (the uniform run's checkpoint) and without one;
 #   tcl     logs finite IMC and LMI losses;
 #   grit / falcon samplers (sampler.kind) log their hardness quantiles and the in-batch
-#           false-negative rate.
+#           false-negative rate; FALCON's policy replicas stay equal across ranks and its reward
+#           compares the MLM losses under the same dropout masks;
+#   glofnd  negatives.start_epoch holds λ and the filter back until that epoch.
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
 py=/usr/bin/python3
@@ -72,6 +74,9 @@ with h5py.File(f) as h:
 print("ok   λ exported with the embeddings")
 PY
 
+run glofnd_start1 "${glofnd[@]}" --set negatives.start_epoch=1
+check glofnd_start1 'not any(k in r for r in m if r["epoch"] == 0 for k in ("lambda_image_mean", "filtered_frac_i2t")) and all("lambda_image_mean" in r and "filtered_frac_i2t" in r for r in m if r["epoch"] == 1)' \
+  "GloFND from negatives.start_epoch = 1: no λ update or filtering in epoch 0, both in epoch 1"
 echo "== glofnd stopped at 2 ranks, resumed at 1 rank"
 set +e
 run glofnd_r "${glofnd[@]}" --set fault.stop_step=20
@@ -129,6 +134,14 @@ check falcon 'all(r["phase_ms"]["falcon"] > 0.2 * r["phase_ms"]["forward"] for r
   "FALCON's reward pass and policy step show in the falcon phase"
 check falcon 'all("falcon_reward" in r and 0 < r["q_mean"] < 1 for r in m if r["epoch"] == 1)' \
   "FALCON draws q in (0, 1) per anchor and logs its REINFORCE reward"
+check falcon 'all(r["falcon_policy_replicas_equal"] is True for r in m if r["epoch"] == 1)' \
+  "FALCON's policy replicas stay bitwise equal on both ranks"
+# Alg. 2's reward is the MLM-loss drop the update caused: with dropout on and a zero learning rate
+# it must be exactly 0 (the reward pass repeats the step's dropout masks).
+run falcon_dropout "${grouped[@]}" --set sampler.kind=falcon --set train.log_every=1 \
+  --set model.dropout=0.1 --set optim.lr=0 --set optim.min_lr=0
+check falcon_dropout '[r["falcon_reward"] for r in m if r["epoch"] == 1] and all(r["falcon_reward"] == 0 for r in m if r["epoch"] == 1)' \
+  "FALCON's reward under dropout 0.1 with lr 0 is exactly 0 (same dropout masks before and after)"
 echo "== falcon stopped mid grouped epoch, resumed: same losses as uninterrupted"
 set +e
 run falcon_r "${grouped[@]}" --set sampler.kind=falcon --set train.log_every=1 --set fault.stop_step=22

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "fnvlp/core/error.hpp"
+#include "fnvlp/core/sha256.hpp"
 #include "fnvlp/data/sampler.hpp"
 #include "fnvlp/negatives/quantile_pick.hpp"
 #include "fnvlp/negatives/quantile_profile.hpp"
@@ -286,6 +287,15 @@ double FalconScheduler::loss_backward(double reward, const FalconDraws& draws) {
 }
 
 void FalconScheduler::step() { optimizer_->step(); }
+
+std::string FalconScheduler::policy_fingerprint() const {
+  Sha256 h;
+  for (const auto& p : policy_->parameters()) {
+    const auto host = p.detach().to(torch::kCPU).contiguous();
+    h.update(host.data_ptr(), static_cast<size_t>(host.nbytes()));
+  }
+  return h.hex();
+}
 
 double FalconScheduler::update(double reward, const FalconDraws& draws) {
   const double loss = loss_backward(reward, draws);

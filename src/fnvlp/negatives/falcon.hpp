@@ -128,6 +128,8 @@ class FalconScheduler : public QSource {
   double baseline() const;                                   // b (0 before the first reward)
   int64_t updates() const { return updates_; }
   const FalconConfig& config() const { return config_; }
+  // sha256 of the policy's parameters (bitwise): equal on every rank while the replicas agree.
+  std::string policy_fingerprint() const;
 
   // Policy, optimizer moments and baseline in one torch archive (written to a temp file, renamed).
   // The optimizer's hyper-parameters come from the config, not from the file.

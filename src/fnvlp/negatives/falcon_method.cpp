@@ -1,8 +1,12 @@
 #include "fnvlp/negatives/falcon_method.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
+#include <spdlog/spdlog.h>
+
 #include "fnvlp/store/checkpoint.hpp"
+#include "fnvlp/train/device.hpp"
 
 namespace fnvlp::negatives {
 
@@ -34,13 +38,19 @@ void FalconMethod::after_step(StepContext& s) {
     // Inference mode, not just no-grad: nothing of this pass is ever differentiated, so libtorch
     // can also skip the version counters and view tracking of its tensors.
     c10::InferenceMode inference;
-    // Dropout draws as in the step's forward pass (exact with dropout 0, as the presets have).
+    train::AutocastScope autocast(env_.bf16);  // the precision of the step's MLM loss
+    // The step's dropout masks again (its image pass opens the step's dropout stream, its MLM
+    // passes their own), the same calls in the same order: before and after differ only by the
+    // update, as Alg. 2 l. 6 means (with dropout the two losses would otherwise differ by noise of
+    // the size of the reward itself).
     seed_dropout(env_.seed, s.step, env_.comm.rank());
-    const auto tokens = model->encode_image(s.images);
+    const auto keys = model->image_keys(model->encode_image(s.images));
+    seed_dropout(env_.seed, s.step, env_.comm.rank(), kMlmDropoutStream);
     const auto at_masked =
-        model->fuse_at(model->encode_text(m.input_ids, mask), mask, tokens, m.positions);
+        model->fuse_at(model->encode_text(m.input_ids, mask), mask, keys, {}, m.positions);
     after = loss::linear_cross_entropy(model->mlm_hidden(at_masked), model->mlm_decoder_weight(),
                                        model->mlm_bias(), m.targets)
+                .to(torch::kFloat)
                 .item<double>();
   }
   const double reward = s.mlm_plain - after;
@@ -60,6 +70,17 @@ void FalconMethod::telemetry(nlohmann::json& m) {
   env_.comm.allreduce_sum(rw);
   std::fill(reward_window_.begin(), reward_window_.end(), 0.0);
   if (rw[1] > 0) m["falcon_reward"] = rw[0] / rw[1];
+  // Every rank applies the same averaged gradient to the same initialisation, so the replicas
+  // must stay bitwise equal; one that drifted (a rank that missed an update, a reduction that is
+  // not the same everywhere) would draw its anchors' q from another policy without any error.
+  const std::vector<std::string> prints =
+      env_.comm.allgather_strings(falcon_->policy_fingerprint());
+  const bool equal = std::all_of(prints.begin(), prints.end(),
+                                 [&](const std::string& p) { return p == prints[0]; });
+  m["falcon_policy_replicas_equal"] = equal;
+  if (!equal && env_.comm.is_root())
+    spdlog::error("falcon: the policy replicas differ across ranks at step {}",
+                  m.value("step", int64_t{-1}));
 }
 
 void FalconMethod::save(const std::string& dir) {

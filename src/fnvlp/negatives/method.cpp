@@ -9,9 +9,9 @@ torch::Generator step_generator(uint64_t seed, int64_t step, int rank, uint64_t 
   return gen;
 }
 
-void seed_dropout(uint64_t seed, int64_t step, int rank) {
-  torch::manual_seed(data::hash_key(
-      {seed, static_cast<uint64_t>(step), static_cast<uint64_t>(rank), kDropoutStream}));
+void seed_dropout(uint64_t seed, int64_t step, int rank, uint64_t stream) {
+  torch::manual_seed(
+      data::hash_key({seed, static_cast<uint64_t>(step), static_cast<uint64_t>(rank), stream}));
 }
 
 }  // namespace fnvlp::negatives

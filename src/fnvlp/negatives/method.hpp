@@ -57,6 +57,7 @@ struct MethodEnv {
   int64_t epochs = 0;
   uint64_t seed = 0;
   torch::Device device{torch::kCPU};  // the model's: where a method's modules and tensors live
+  bool bf16 = false;                  // train.precision bf16: forward passes under autocast
   data::PairRange block() const { return partition.block(comm.rank()); }
 };
 
@@ -141,11 +142,13 @@ enum StepStream : uint64_t {
   kAugmentStream = 1,
   kItmStream = 2,
   kMlmStream = 3,
-  kTclViewStream = 4
+  kTclViewStream = 4,
+  kMlmDropoutStream = 5  // dropout of the MLM text and fusion passes (FALCON's reward repeats it)
 };
 torch::Generator step_generator(uint64_t seed, int64_t step, int rank, uint64_t stream);
-// Seeds torch's global generator (dropout draws) for `step` on `rank`.
-void seed_dropout(uint64_t seed, int64_t step, int rank);
+// Seeds torch's global generator (dropout draws) for `step` on `rank`; `stream` restarts the draws
+// at a fixed point of the step, so that a later pass over the same inputs can repeat them.
+void seed_dropout(uint64_t seed, int64_t step, int rank, uint64_t stream = kDropoutStream);
 
 using fnvlp::allgather_ids;
 using fnvlp::to_vector;

@@ -108,7 +108,7 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
   optimizer_ = make_adamw(cfg_.optim, params_);
   env_ = std::make_unique<negatives::MethodEnv>(negatives::MethodEnv{
       comm_, model_, cfg_.model, partition_, augment_, dataset_.num_pairs(), cfg_.train.batch_size,
-      cfg_.train.epochs, static_cast<uint64_t>(cfg_.train.seed), device_.device});
+      cfg_.train.epochs, static_cast<uint64_t>(cfg_.train.seed), device_.device, bf16()});
   methods_ = make_methods(cfg_, *env_);
   for (auto& m : methods_)
     if (m->sampler()) sampler_ = m->sampler();
@@ -418,6 +418,9 @@ torch::Tensor Trainer::mlm_loss(StepContext& s, const std::vector<torch::Tensor>
                         special.mask, {special.pad, special.cls, special.sep}, gen);
   // The decoder and its cross-entropy under autocast too (autocast runs the softmax in fp32).
   AutocastScope autocast(bf16());
+  // The MLM passes draw their dropout masks from a stream of their own: FALCON's reward pass
+  // repeats them after the update, so its loss drop measures the update, not a new mask.
+  negatives::seed_dropout(seed(), step_, comm_.rank(), negatives::kMlmDropoutStream);
   const torch::Tensor at_masked = model_->fuse_at(model_->encode_text(s.masking.input_ids, mask),
                                                   mask, image_keys, {}, s.masking.positions);
   for (auto& m : methods_)

@@ -193,6 +193,38 @@ TEST(FalconScheduler, BaselineIsABiasCorrectedRunningMean) {
   EXPECT_THROW(s.loss_backward(std::nan(""), d), fnvlp::Error);
 }
 
+// FALCON's premise (§3.3): the policy learns which hardness pays for which anchor. Two kinds of
+// anchors with distinct similarity profiles (a steep one: near duplicates in the search space; a
+// flat one) and a reward that peaks at q* = 0.2 for the first kind and 0.8 for the second: from
+// Beta(1, 1) (mean 0.5 for every anchor), REINFORCE with the running-mean baseline moves each
+// kind's Beta mean towards its own q*, driven only by the rewards of its draws.
+TEST(FalconScheduler, PolicyLearnsTheBestQOfEachKindOfAnchor) {
+  FalconConfig c = small_config();
+  c.lr = 3e-3;
+  FalconScheduler s(c);
+  const int64_t M = 20, m = c.quantiles;
+  auto values = torch::empty({M, m});
+  const auto ramp = torch::linspace(0.0, 1.0, m);
+  for (int64_t r = 0; r < M; ++r) values[r] = ramp * (r < M / 2 ? 4.0 : 0.1);
+  s.begin_search_space_quantiles(values);
+  auto mean_q = [&](int64_t row) {
+    torch::NoGradGuard no_grad;
+    auto [a, b] = s.policy()->forward(s.profile().index({torch::indexing::Slice(row, row + 1)}));
+    return (a / (a + b)).item<double>();
+  };
+  EXPECT_NEAR(mean_q(0), 0.5, 0.02);
+  EXPECT_NEAR(mean_q(M - 1), 0.5, 0.02);
+  for (int64_t k = 0; k < 600; ++k) {
+    const int64_t row = k % M;
+    const double target = row < M / 2 ? 0.2 : 0.8;
+    s.begin_batch(static_cast<uint64_t>(k));
+    const double q = s.q(row);
+    s.update(-(q - target) * (q - target), s.take_draws());
+  }
+  EXPECT_LT(mean_q(0), 0.35) << "steep-profile anchors did not move towards q* = 0.2";
+  EXPECT_GT(mean_q(M - 1), 0.65) << "flat-profile anchors did not move towards q* = 0.8";
+}
+
 TEST(FalconScheduler, BatchLevelUsesOneQPerBatch) {
   FalconConfig c = small_config();
   c.instance_level = false;
