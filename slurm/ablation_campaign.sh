@@ -3,14 +3,50 @@
 # [--out CAMPAIGN_DIR] [--methods m1,m2] [--wait]`; with FNVLP_DRY_RUN=1 it prints every sbatch
 # line and every array task's config, and submits and writes nothing.
 # MATRIX.yaml (slurm/campaigns/): name, methods (slurm/methods.sh names or `custom` ones), seeds,
-# concurrency (%N of the array), set (overrides for every task), custom (name -> overrides).
+# concurrency (%N of the array), set (overrides for every task), custom (name -> overrides),
+# env (FNVLP_* settings of the whole campaign, below).
 # Jobs: shard (kept when the shards verify) -> array over methods x seeds (%A_%a; each task
 # pretrains, then evaluates, into CAMPAIGN/tasks/<method>-s<seed>/) -> collect, afterany
 # (results.csv, results.md with failed cells marked, fnvlp-report --campaign); --wait exits
 # non-zero when a cell failed, after printing the table. Array index = method position *
 # len(seeds) + seed position, written to CAMPAIGN/index.tsv before anything is submitted.
+# The matrix's env (optional): FNVLP_* settings of the whole campaign (FNVLP_DATA, FNVLP_STEPS, ...), exported
+# before slurm/common.sh resolves its defaults, so the matrix alone defines what the campaign runs
+# on; "{root}" in a value is the checkout. A variable already set in the environment wins (logged).
 set -euo pipefail
 FNVLP_ROOT=${FNVLP_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+if [ -f "${1:-}" ]; then
+  matrix_env=$(/usr/bin/python3 - "$1" "$FNVLP_ROOT" <<'PY'
+import re, sys, yaml
+path, root = sys.argv[1:3]
+try:
+    env = (yaml.safe_load(open(path)) or {}).get("env") or {}
+except (OSError, yaml.YAMLError) as e:
+    sys.exit(f"{path}: cannot read the matrix: {e}")
+if not isinstance(env, dict):
+    sys.exit(f"{path}: 'env' must be a mapping of FNVLP_* variables")
+for k, v in env.items():
+    if not re.fullmatch(r"FNVLP_[A-Z0-9_]+", str(k)):
+        sys.exit(f"{path}: env: '{k}' is not an FNVLP_* variable")
+    if isinstance(v, (dict, list)) or v is None:
+        sys.exit(f"{path}: env: {k} must be a scalar")
+    v = str(v).lower() if isinstance(v, bool) else str(v)
+    print(f"{k}={v.replace('{root}', root)}")
+PY
+  ) || {
+    echo "fnvlp: error: bad matrix $1" >&2
+    exit 1
+  }
+  while IFS= read -r kv; do
+    [ -n "$kv" ] || continue
+    var=${kv%%=*}
+    if [ -n "$(printenv "$var" || true)" ]; then
+      echo "fnvlp: $var=$(printenv "$var") from the environment, not the matrix's" >&2
+    else
+      export "${kv?}"
+    fi
+  done <<<"$matrix_env"
+fi
 # shellcheck source=slurm/common.sh
 source "$FNVLP_ROOT/slurm/common.sh"
 # shellcheck source=slurm/methods.sh

@@ -78,7 +78,29 @@ done
 [ "$(grep -c '^array task ' "$tmp/dry")" -eq 4 ] || fail "campaign: expected 4 task configs"
 echo "campaign: the 4 array tasks' configs printed as written"
 
-# 3. `bash slurm/pretrain_4m.sh` at scale 4m: its own #SBATCH resources, then (no shards) the whole
+# 3. A matrix's env section sets the campaign's FNVLP_* variables before their defaults are
+#    resolved (the array's --time and --mem here); one already in the environment wins; a key that
+#    is not an FNVLP_* variable is refused.
+cat >"$tmp/env.yaml" <<'YAML'
+name: envtest
+methods: [uniform]
+seeds: [1]
+env: {FNVLP_TIME: "07:00", FNVLP_MEM: 3G}
+YAML
+env_dry() { FNVLP_WORK=$tmp/work-env FNVLP_DRY_RUN=1 bash "$src/slurm/ablation_campaign.sh" "$@" >/dev/null 2>"$tmp/dry"; }
+env_dry "$tmp/env.yaml" || { cat "$tmp/dry"; fail "env matrix: dry run failed"; }
+grep -q -- '--mem=3G --time=07:00 --array=0-0%' < <(grep '^sbatch .*--array' "$tmp/dry") ||
+  fail "env matrix: the array is not submitted with the matrix's --mem=3G --time=07:00: $(grep '^sbatch .*--array' "$tmp/dry")"
+FNVLP_MEM=5G env_dry "$tmp/env.yaml" || { cat "$tmp/dry"; fail "env matrix: dry run failed"; }
+grep -q -- '--mem=5G --time=07:00 --array=0-0%' < <(grep '^sbatch .*--array' "$tmp/dry") ||
+  fail "env matrix: FNVLP_MEM=5G from the environment did not win over the matrix"
+grep -q 'FNVLP_MEM=5G from the environment' "$tmp/dry" || fail "env matrix: the override is not logged"
+sed -i 's/FNVLP_MEM: 3G/PATH: \/tmp/' "$tmp/env.yaml"
+if env_dry "$tmp/env.yaml"; then fail "env matrix: a non-FNVLP_ variable was accepted"; fi
+grep -q "env: 'PATH' is not an FNVLP_\* variable" "$tmp/dry" || { cat "$tmp/dry"; fail "env matrix: no reason given"; }
+echo "campaign matrix env: applied, overridden by the environment, non-FNVLP_ keys refused"
+
+# 4. `bash slurm/pretrain_4m.sh` at scale 4m: its own #SBATCH resources, then (no shards) the whole
 #    chain after it, as `bash slurm/pipeline.sh submit` submits it.
 export FNVLP_SCALE=4m FNVLP_WORK=$tmp/work-4m
 FNVLP_DRY_RUN=1 bash "$src/slurm/pretrain_4m.sh" >/dev/null 2>"$tmp/dry" ||
