@@ -239,6 +239,7 @@ int Trainer::run(Watchdog& dog) {
   if (status == RunStatus::kCompleted) {
     if (last_exported_epoch_ < epoch_ && cfg_.train.export_embeddings)
       export_embeddings(dog, metrics);
+    validate(dog, metrics);
     call_epoch_hook(dog, metrics);
     sampler_state_ = loader.state();
     save_checkpoint(dog);

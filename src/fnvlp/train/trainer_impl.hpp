@@ -119,6 +119,8 @@ class Trainer {
   void export_on_demand(Watchdog& dog);
 
   void export_embeddings(Watchdog& dog, MetricsWriter& metrics);
+  // Zero-shot retrieval on --val (every epoch end, whether or not the training set is exported).
+  void validate(Watchdog& dog, MetricsWriter& metrics);
 
   // The checkpoint's pieces: each method's state (collective ones first), this rank's sampler
   // cursor, and on rank 0 the model, its architecture, the optimizer and the loop's counters.
@@ -167,6 +169,7 @@ class Trainer {
   int64_t epoch_ = 0;
   int64_t step_in_epoch_ = 0;
   int64_t last_exported_epoch_ = -1;
+  int64_t last_validated_epoch_ = -1;
   double last_lr_ = 0;
   StepClock clock_;
   data::Embeddings last_embeddings_;

@@ -18,6 +18,7 @@ using negatives::Method;
 
 void Trainer::finish_epoch(Watchdog& dog, MetricsWriter& metrics) {
   if (cfg_.train.export_embeddings) export_embeddings(dog, metrics);
+  validate(dog, metrics);
   if (wants_epoch_embeddings()) {  // the next epoch groups by this epoch's embeddings
     const auto [img, txt] = block_rows(last_embeddings_, partition_.block(comm_.rank()));
     for (auto& m : methods_) m->set_epoch_embeddings(epoch_ + 1, img, txt);
@@ -82,11 +83,16 @@ void Trainer::export_embeddings(Watchdog& dog, MetricsWriter& metrics) {
     if (comm_.is_root()) data::write_embeddings(run_.embeddings_path(epoch_), last_embeddings_);
   });
   last_exported_epoch_ = epoch_;
-  if (!val_) return;
+}
+
+void Trainer::validate(Watchdog& dog, MetricsWriter& metrics) {
+  if (!val_ || last_validated_epoch_ >= epoch_) return;
+  auto guard = dog.long_phase("validation", cfg_.watchdog.long_phase_timeout_s);
   const std::string val_path =
       run_.embeddings_dir() + "/val-" + fs::path(run_.embeddings_path(epoch_)).filename().string();
   metrics.write(zero_shot_validation(comm_, model_, augment_, *val_, cfg_.train.export_batch,
                                      epoch_, step_, val_path));
+  last_validated_epoch_ = epoch_;
 }
 
 // The checkpoint's pieces: each method's state (collective ones first), this rank's sampler
@@ -129,7 +135,8 @@ void Trainer::save_loop_state(const std::string& dir) {
                       {"step_in_epoch", step_in_epoch_},
                       {"world_size", comm_.size()},
                       {"skipped_steps", skips_.total()},
-                      {"last_exported_epoch", last_exported_epoch_}};
+                      {"last_exported_epoch", last_exported_epoch_},
+                      {"last_validated_epoch", last_validated_epoch_}};
   write_file((fs::path(dir) / "trainer.json").string(), state.dump(2));
 }
 
@@ -138,6 +145,8 @@ void Trainer::load_loop_state(const std::string& dir) {
   step_ = state.at("step").get<int64_t>();
   epoch_ = state.at("epoch").get<int64_t>();
   last_exported_epoch_ = state.value("last_exported_epoch", int64_t{-1});
+  // Checkpoints from before validation had its own record were validated where they exported.
+  last_validated_epoch_ = state.value("last_validated_epoch", last_exported_epoch_);
   loop_step_in_epoch_ = state.at("step_in_epoch").get<int64_t>();
   skips_.set_total(state.value("skipped_steps", int64_t{0}));
 }
