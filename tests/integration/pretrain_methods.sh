@@ -9,7 +9,8 @@
 #   grit / falcon samplers (sampler.kind) log their hardness quantiles and the in-batch
 #           false-negative rate; FALCON's policy replicas stay equal across ranks and its reward
 #           compares the MLM losses under the same dropout masks;
-#   glofnd  negatives.start_epoch holds λ and the filter back until that epoch.
+#   glofnd  negatives.start_epoch holds λ and the filter back until that epoch; exact_init restarts
+#           λ from the exact quantiles of the previous epoch's export.
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
 py=/usr/bin/python3
@@ -77,6 +78,31 @@ PY
 run glofnd_start1 "${glofnd[@]}" --set negatives.start_epoch=1
 check glofnd_start1 'not any(k in r for r in m if r["epoch"] == 0 for k in ("lambda_image_mean", "filtered_frac_i2t")) and all("lambda_image_mean" in r and "filtered_frac_i2t" in r for r in m if r["epoch"] == 1)' \
   "GloFND from negatives.start_epoch = 1: no λ update or filtering in epoch 0, both in epoch 1"
+# Beyond the paper: λ restarts from the exact (1−α)-quantiles of the previous epoch's export at
+# start_epoch and every reanchor_every epochs. With a negligible Adam lr λ stays where it
+# restarted, so each export's λ must equal fnvlp-simstat's thresholds of the export before it.
+run glofnd_exact "${glofnd[@]}" --set negatives.start_epoch=1 --set negatives.glofnd.exact_init=true \
+  --set negatives.glofnd.reanchor_every=1 --set negatives.glofnd.lr=1e-12 --set train.epochs=3
+for e in 0 1; do
+  "${mpirun[@]}" "$bin/analysis/fnvlp-simstat" --embeddings "$work/glofnd_exact/embeddings/epoch-00$e.h5" \
+    --out "$work/exact$e.h5" --alpha 0.05 --quantiles 2 >/dev/null
+done
+check glofnd_exact '[r["glofnd_exact_init_epoch"] for r in m if "glofnd_exact_init_epoch" in r] == [1, 2] and all(r["glofnd_exact_init_seconds"] >= 0 for r in m if "glofnd_exact_init_seconds" in r)' \
+  "GloFND exact_init: restarted at epochs 1 and 2, with its cost in the metrics"
+"$py" - "$work" <<'PY'
+import sys, h5py, numpy as np
+w = sys.argv[1]
+for e in (0, 1):
+    with h5py.File(f"{w}/glofnd_exact/embeddings/epoch-00{e + 1}.h5") as x, h5py.File(f"{w}/exact{e}.h5") as s:
+        for side in ("image", "text"):
+            lam, thr = x[f"glofnd_lambda_{side}"][:], s[f"threshold_{side}"][:]
+            ok = ~np.isnan(thr)
+            assert ok.sum() > 0.9 * len(thr), f"epoch {e}: too few anchors with negatives"
+            gap = np.abs(lam[ok] - thr[ok]).max()
+            assert gap < 1e-6, f"epoch {e + 1} λ_{side} is not the exact threshold of epoch {e}: max gap {gap}"
+            assert np.abs(lam - 0.5).max() > 0.01, f"λ_{side} still at its init 0.5"
+print("ok   GloFND exact_init: λ of epochs 1 and 2 = simstat's exact thresholds of epochs 0 and 1")
+PY
 echo "== glofnd stopped at 2 ranks, resumed at 1 rank"
 set +e
 run glofnd_r "${glofnd[@]}" --set fault.stop_step=20

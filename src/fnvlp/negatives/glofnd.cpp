@@ -77,6 +77,17 @@ torch::Tensor GlofndSide::update_and_filter(const torch::Tensor& cos, const torc
   return above_threshold(cos, negative, lam);
 }
 
+void GlofndSide::restart_from(const std::vector<float>& lambda) {
+  FNVLP_CHECK(lambda.size() == lambda_.size(),
+              "glofnd: " << lambda.size() << " starting λ for a block of " << lambda_.size());
+  for (size_t i = 0; i < lambda.size(); ++i) {
+    if (!std::isnan(lambda[i])) lambda_[i] = std::clamp(lambda[i], -1.0f, 1.0f);
+    m_[i] = v_[i] = 0.0f;
+    count_[i] = 0;
+  }
+  undo_.clear();
+}
+
 void GlofndSide::undo_last_update() {
   // Newest first: an anchor twice in one update gets its state from before the first.
   for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) {

@@ -47,6 +47,10 @@ class GlofndSide {
   torch::Tensor filter(const torch::Tensor& cos, const torch::Tensor& negative,
                        const std::vector<int64_t>& pair_ids) const;
 
+  // λ of every anchor of the block (block order) set to `lambda` (NaN entries keep their λ), Adam
+  // moments and update counts restarted: a fresh tracker from that point (exact_init).
+  void restart_from(const std::vector<float>& lambda);
+
   float lambda(int64_t pair_id) const { return lambda_[local(pair_id)]; }
   const std::vector<float>& lambdas() const { return lambda_; }  // block order
   const data::PairRange& block() const { return block_; }

@@ -1,8 +1,12 @@
 #include "fnvlp/negatives/glofnd_method.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
+#include "fnvlp/similarity/simstat.hpp"
 #include "fnvlp/store/checkpoint.hpp"
 
 namespace fnvlp::negatives {
@@ -21,7 +25,55 @@ std::vector<int64_t> block_pair_ids(const data::PairRange& block) {
 
 GlofndMethod::GlofndMethod(const MethodEnv& env, double alpha, int64_t start_epoch,
                            GlofndOptions opt)
-    : env_(env), start_epoch_(start_epoch), state_(env.block(), with_alpha(opt, alpha)) {}
+    : env_(env),
+      start_epoch_(start_epoch),
+      opt_(with_alpha(opt, alpha)),
+      state_(env.block(), opt_) {
+  FNVLP_CHECK(!opt_.exact_init || start_epoch_ >= 1,
+              "negatives.glofnd.exact_init needs negatives.start_epoch >= 1 (the exact quantiles "
+              "come from the previous epoch's embeddings)");
+}
+
+bool GlofndMethod::wants_epoch_export(int64_t next_epoch) const {
+  if (!opt_.exact_init || next_epoch < start_epoch_) return false;
+  if (next_epoch == start_epoch_) return true;
+  return opt_.reanchor_every > 0 && (next_epoch - start_epoch_) % opt_.reanchor_every == 0;
+}
+
+// GloFND's tracker moves each λ by at most ~lr per visit, about one visit per epoch; starting it
+// at the exact quantile removes that lag. Reported: the cost and how far λ was from the exact
+// values when they replaced it (mean |λ − exact| over anchors that had been updated, per side).
+void GlofndMethod::epoch_exported(int64_t next_epoch, const std::string& path) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const data::PairRange b = env_.block();
+  similarity::ExactThresholds exact;
+  env_.comm.collective(
+      [&] { exact = similarity::exact_thresholds(path, b.begin, b.size(), opt_.alpha); });
+  std::vector<double> gap(4, 0.0);  // sum |λ − exact| and count, image then text
+  auto restart = [&](GlofndSide& side, const std::vector<float>& thr, double* g) {
+    for (size_t i = 0; i < thr.size(); ++i)
+      if (!std::isnan(thr[i])) {
+        g[0] += std::abs(static_cast<double>(side.lambdas()[i]) - thr[i]);
+        g[1] += 1;
+      }
+    side.restart_from(thr);
+  };
+  restart(state_.image, exact.image, &gap[0]);
+  restart(state_.text, exact.text, &gap[2]);
+  env_.comm.allreduce_sum(gap);
+  const double seconds = env_.comm.allreduce_max(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  restart_ = {{"glofnd_exact_init_epoch", next_epoch},
+              {"glofnd_exact_init_seconds", seconds},
+              {"glofnd_exact_init_gap_image", gap[1] > 0 ? gap[0] / gap[1] : 0.0},
+              {"glofnd_exact_init_gap_text", gap[3] > 0 ? gap[2] / gap[3] : 0.0}};
+  if (env_.comm.is_root())
+    spdlog::info(
+        "glofnd: λ of epoch {} restarted from the exact (1−α)-quantiles of {} in {:.2f} s "
+        "(mean |λ − exact| before: image {:.4f}, text {:.4f})",
+        next_epoch, path, seconds, restart_["glofnd_exact_init_gap_image"].get<double>(),
+        restart_["glofnd_exact_init_gap_text"].get<double>());
+}
 
 void GlofndMethod::adjust_itc(StepContext& s, loss::ItcInputs& in) {
   if (s.epoch < start_epoch_) return;
@@ -51,6 +103,10 @@ void GlofndMethod::skipped_step(StepContext& s) {
 
 void GlofndMethod::telemetry(nlohmann::json& m) {
   fn_.report(env_.comm, m);
+  if (!restart_.empty()) {
+    m.update(restart_);
+    restart_ = nlohmann::json();
+  }
   auto stats = [&](std::vector<float>& local, const char* side) {
     std::vector<float> all = env_.comm.allgatherv(local);
     local.clear();

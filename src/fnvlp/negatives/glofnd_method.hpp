@@ -12,6 +12,8 @@ namespace fnvlp::negatives {
 // GloFND (glofnd.hpp has the equations): from `start_epoch`, each local anchor's λ takes one Adam
 // step on the global batch, then negatives above the updated λ leave the denominator. λ is
 // partitioned with the rank's block, saved by global pair_id, exported with the embeddings.
+// exact_init: at start_epoch (and every reanchor_every epochs after) λ restarts from the exact
+// (1−α)-quantiles of the previous epoch's export (similarity::exact_thresholds, the rank's block).
 class GlofndMethod : public Method {
  public:
   GlofndMethod(const MethodEnv& env, double alpha, int64_t start_epoch, GlofndOptions opt);
@@ -23,15 +25,19 @@ class GlofndMethod : public Method {
   bool collective_save() const override { return true; }
   void load(const std::string& dir, int world_size) override;
   void export_embeddings(data::Embeddings& e) override;
+  bool wants_epoch_export(int64_t next_epoch) const override;
+  void epoch_exported(int64_t next_epoch, const std::string& path) override;
   const GlofndState& state() const { return state_; }
 
  private:
   MethodEnv env_;
   int64_t start_epoch_;
+  GlofndOptions opt_;
   GlofndState state_;
   FilterTelemetry fn_;
   std::vector<float> lambda_image_, lambda_text_;  // λ of the window's anchors after their update
   size_t step_anchors_ = 0;                        // of them, pushed by the current step
+  nlohmann::json restart_;  // the last exact (re)initialisation, for the next window's metrics
 };
 
 }  // namespace fnvlp::negatives

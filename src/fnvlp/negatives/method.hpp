@@ -14,6 +14,7 @@
 //                     the earlier hooks changed, so a skipped step leaves the method's state as it
 //                     was (GloFND's λ moves in adjust_itc, before the finiteness check)
 //   set_epoch_embeddings / epoch_end   between epochs (grouped samplers)
+//   epoch_exported    between epochs, the training set's export (GloFND's exact initialisation)
 //   telemetry         named metrics of a logging window (collective)
 //   save / load       checkpoint state (per global pair_id or per rank)
 //   export_embeddings what the method adds to embeddings/epoch-EEE.h5 (collective)
@@ -117,6 +118,12 @@ class Method {
   virtual bool wants_epoch_embeddings() const { return false; }
   virtual void set_epoch_embeddings(int64_t epoch, const torch::Tensor& img,
                                     const torch::Tensor& txt) {}
+
+  // The training set's export of the epoch before `next_epoch` (embeddings/epoch-EEE.h5, written
+  // and closed), before next_epoch starts: collective, called when wants_epoch_export says so
+  // (the trainer refuses a run that needs it with train.export_embeddings off).
+  virtual bool wants_epoch_export(int64_t next_epoch) const { return false; }
+  virtual void epoch_exported(int64_t next_epoch, const std::string& path) {}
 
   // Collective: adds this window's metrics to `m` and starts a new window.
   virtual void telemetry(nlohmann::json& m) {}

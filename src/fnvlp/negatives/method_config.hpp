@@ -34,7 +34,12 @@ struct GlofndOptions {
       (double, beta1, 0.9, config::half_open(0, 1)),
       (double, beta2, 0.98, config::half_open(0, 1)),
       (double, eps, 1e-8, config::above(0)),
-      (double, init, 1.0))  // λ starts at 1: nothing is filtered until λ has learned
+      (double, init, 1.0),  // λ starts at 1: nothing is filtered until λ has learned
+      // Beyond the paper: at negatives.start_epoch, λ starts from the exact (1−α)-quantile of each
+      // anchor over the whole dataset (the previous epoch's export, streamed), moments and counts
+      // from zero; Adam tracks it from there. reanchor_every K > 0: again every K epochs after.
+      (bool, exact_init, false),
+      (int64_t, reanchor_every, 0, config::at_least(0)))
   // clang-format on
 };
 

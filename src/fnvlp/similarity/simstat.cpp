@@ -18,6 +18,7 @@
 #include "fnvlp/data/embeddings.hpp"
 #include "fnvlp/data/h5.hpp"
 #include "fnvlp/similarity/kernels.hpp"
+#include "fnvlp/similarity/spaces.hpp"
 #include "fnvlp/store/run_dir.hpp"
 
 namespace fnvlp::similarity {
@@ -689,6 +690,42 @@ void write_rows_of(const std::string& path, const RowStats& st, const char* moda
 }
 
 }  // namespace
+
+ExactThresholds exact_thresholds(const std::string& embeddings, int64_t row0, int64_t rows,
+                                 double alpha) {
+  static const KokkosRuntime runtime;  // no-op when the job initialised Kokkos itself
+  (void)runtime;
+  const data::EmbeddingsFile file(embeddings);
+  const int64_t n = file.size(), dim = file.dim();
+  FNVLP_CHECK(row0 >= 0 && rows >= 0 && row0 + rows <= n,
+              embeddings << ": anchors [" << row0 << ", " << row0 + rows << ") outside its " << n
+                         << " pairs");
+  Params p;
+  p.alpha = alpha;
+  p.quantiles = 2;  // only the thresholds are kept
+  p.fnc_batch = 0;
+  const std::vector<int64_t> no_batches = fnc_batches(n, 0, 0);
+  ExactThresholds out;
+  for (const auto& m : kModalities) {
+    std::vector<float> anchors(static_cast<size_t>(rows * dim));
+    file.read_emb(m.image, row0, rows, anchors.data());
+    const CandidateReader reader = [&](int64_t c0, int64_t cn, float* dst) {
+      file.read_emb(!m.image, c0, cn, dst);
+    };
+    const StridedReader strided = [&](int64_t c0, int64_t stride, int64_t cn, float* dst) {
+      file.read_emb(!m.image, c0, cn, dst, stride);
+    };
+    RowStats s;
+    try {
+      s = anchor_stats(anchors.data(), row0, rows, dim, reader, n, file.image_id(), file.label(),
+                       no_batches, nullptr, p, strided);
+    } catch (const Error& e) {
+      FNVLP_FAIL(embeddings << " (" << m.name << " anchors): " << e.message());
+    }
+    (m.image ? out.image : out.text) = std::move(s.threshold);
+  }
+  return out;
+}
 
 nlohmann::json run_simstat(const Comm& comm, const JobOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -117,6 +117,16 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
 // Sample size of the starting thresholds for n candidates (Params::start_sample resolved).
 int64_t start_sample_size(const Params& p, int64_t n);
 
+// GloFND's exact starting point (negatives.glofnd.exact_init): `threshold` above (the exact
+// (1 - alpha)-quantile of each anchor's negatives) for anchors [row0, row0 + rows) of both
+// modalities against every pair of an embeddings file, streamed from it tile by tile (never
+// N x D in memory). Not collective: each rank its own block. NaN for an anchor without negatives.
+struct ExactThresholds {
+  std::vector<float> image, text;
+};
+ExactThresholds exact_thresholds(const std::string& embeddings, int64_t row0, int64_t rows,
+                                 double alpha);
+
 struct JobOptions {
   std::string embeddings, out, lambda_from, json;
   Params params;

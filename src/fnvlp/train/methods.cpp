@@ -42,6 +42,10 @@ void validate_methods(const PretrainConfig& cfg) {
                 "sampler.kind=" << config::enum_to_name(cfg.sampler.kind)
                                 << " needs train.export_embeddings=true (grouped epochs use the "
                                    "previous epoch's embeddings, and a resume reads them back)");
+  if (cfg.negatives.method == NegativesKind::kGlofnd && cfg.negatives.glofnd.exact_init)
+    FNVLP_CHECK(cfg.train.export_embeddings,
+                "negatives.glofnd.exact_init needs train.export_embeddings=true (the exact "
+                "quantiles are computed from the previous epoch's export)");
   if (cfg.sampler.kind == SamplerKind::kFalcon)
     FNVLP_CHECK(cfg.loss.mlm_weight != 0,
                 "sampler.kind=falcon needs the MLM loss (loss.mlm_weight != 0): its reward is the "

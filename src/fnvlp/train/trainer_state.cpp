@@ -17,7 +17,15 @@ using json = nlohmann::json;
 using negatives::Method;
 
 void Trainer::finish_epoch(Watchdog& dog, MetricsWriter& metrics) {
-  if (cfg_.train.export_embeddings) export_embeddings(dog, metrics);
+  if (cfg_.train.export_embeddings) {
+    export_embeddings(dog, metrics);
+    for (auto& m : methods_)
+      if (m->wants_epoch_export(epoch_ + 1)) {
+        auto guard =
+            dog.long_phase(m->name() + " at the epoch export", cfg_.watchdog.long_phase_timeout_s);
+        m->epoch_exported(epoch_ + 1, run_.embeddings_path(epoch_));
+      }
+  }
   validate(dog, metrics);
   if (wants_epoch_embeddings()) {  // the next epoch groups by this epoch's embeddings
     const auto [img, txt] = block_rows(last_embeddings_, partition_.block(comm_.rank()));

@@ -7,11 +7,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <iterator>
 #include <limits>
 #include <random>
 
+#include <unistd.h>
+
+#include "fnvlp/data/embeddings.hpp"
 #include "fnvlp/similarity/classify.hpp"
 #include "fnvlp/similarity/spaces.hpp"
 #include "simstat_reference.hpp"
@@ -662,6 +666,35 @@ TEST(Simstat, FncBatchesArePartitionOfPairs) {
   EXPECT_EQ(size[10], 3);
   EXPECT_EQ(b, similarity::fnc_batches(103, 10, 9));
   EXPECT_NE(b, similarity::fnc_batches(103, 10, 8));
+}
+
+// GloFND's exact initialisation: one rank's block of anchors, both modalities, read from an
+// embeddings file and streamed against all its pairs, gives the brute-force thresholds bit for bit
+// (as simstat's, whatever the block).
+TEST(Simstat, ExactThresholdsOfABlockFromAFileMatchBruteForce) {
+  const Case c = make_case(300, 16, 41, /*adversarial=*/true, 0);
+  const int64_t n = c.e.size(), d = c.e.dim;
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("fnvlp-exact-" + std::to_string(::getpid()) + ".h5"))
+                               .string();
+  data::write_embeddings(path, c.e);
+  const double alpha = 0.05;
+  const auto ref_i = test::brute_force(c.e.image_emb, c.e.text_emb, n, d, c.e.image_id, c.e.label,
+                                       {}, c.batch, alpha);
+  const auto ref_t = test::brute_force(c.e.text_emb, c.e.image_emb, n, d, c.e.image_id, c.e.label,
+                                       {}, c.batch, alpha);
+  for (const auto& [row0, rows] : {std::pair<int64_t, int64_t>{0, n}, {110, 90}, {299, 1}}) {
+    const auto got = similarity::exact_thresholds(path, row0, rows, alpha);
+    ASSERT_EQ(static_cast<int64_t>(got.image.size()), rows);
+    ASSERT_EQ(static_cast<int64_t>(got.text.size()), rows);
+    for (int64_t i = 0; i < rows; ++i) {
+      const auto g = static_cast<size_t>(row0 + i), u = static_cast<size_t>(i);
+      EXPECT_TRUE(test::same_float(got.image[u], ref_i.threshold[g])) << "image anchor " << g;
+      EXPECT_TRUE(test::same_float(got.text[u], ref_t.threshold[g])) << "text anchor " << g;
+    }
+  }
+  EXPECT_THROW(similarity::exact_thresholds(path, 250, 51, alpha), Error);
+  std::filesystem::remove(path);
 }
 
 TEST(Simstat, RejectsBadParameters) {
