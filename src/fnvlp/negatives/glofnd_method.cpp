@@ -42,7 +42,7 @@ bool GlofndMethod::wants_epoch_export(int64_t next_epoch) const {
 
 // GloFND's tracker moves each λ by at most ~lr per visit, about one visit per epoch; starting it
 // at the exact quantile removes that lag. Reported: the cost and how far λ was from the exact
-// values when they replaced it (mean |λ − exact| over anchors that had been updated, per side).
+// values when they replaced it (mean |λ − exact| over the block's anchors, per side).
 void GlofndMethod::epoch_exported(int64_t next_epoch, const std::string& path) {
   const auto t0 = std::chrono::steady_clock::now();
   const data::PairRange b = env_.block();
