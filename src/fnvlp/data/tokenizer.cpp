@@ -9,6 +9,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -470,6 +471,12 @@ WordPieceTokenizer WordPieceTokenizer::from_file(const std::string& vocab_path) 
   v->path = vocab_path;
   std::string bytes;
   {
+    // A directory opens as a stream and fails only on the first read, with a libstdc++ message
+    // that names no file (the vocabulary's folder given instead of the .txt in it).
+    std::error_code ec;
+    FNVLP_CHECK(!std::filesystem::is_directory(vocab_path, ec),
+                "vocabulary file " << vocab_path
+                                   << " is a directory (give the vocabulary .txt file in it)");
     errno = 0;
     std::ifstream in(vocab_path, std::ios::binary);
     FNVLP_CHECK(in.is_open(),

@@ -416,6 +416,10 @@ TEST(Tokenizer, LoadErrorsNameTheFile) {
   EXPECT_NE(error_of([&] { WordPieceTokenizer::from_file(missing); }).find(missing),
             std::string::npos);
 
+  const std::string dir = ::testing::TempDir();  // the vocabulary's folder instead of its file
+  const std::string dir_msg = error_of([&] { WordPieceTokenizer::from_file(dir); });
+  EXPECT_NE(dir_msg.find(dir + " is a directory"), std::string::npos) << dir_msg;
+
   const std::string empty = write_temp("empty.txt", "");
   EXPECT_NE(error_of([&] { WordPieceTokenizer::from_file(empty); }).find(empty), std::string::npos);
 
