@@ -5,8 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "fnvlp/model/autocast.hpp"
 #include "fnvlp/store/checkpoint.hpp"
-#include "fnvlp/train/device.hpp"
 
 namespace fnvlp::negatives {
 
@@ -38,7 +38,7 @@ void FalconMethod::after_step(StepContext& s) {
     // Inference mode, not just no-grad: nothing of this pass is ever differentiated, so libtorch
     // can also skip the version counters and view tracking of its tensors.
     c10::InferenceMode inference;
-    train::AutocastScope autocast(env_.bf16);  // the precision of the step's MLM loss
+    model::Bf16Autocast autocast(env_.bf16);  // the precision of the step's MLM loss
     // The step's dropout masks again (its image pass opens the step's dropout stream, its MLM
     // passes their own), the same calls in the same order: before and after differ only by the
     // update, as Alg. 2 l. 6 means (with dropout the two losses would otherwise differ by noise of

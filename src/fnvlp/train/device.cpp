@@ -10,8 +10,9 @@
 #include "fnvlp/comm/node_local.hpp"
 #include "fnvlp/comm/tensors.hpp"
 
+#include "fnvlp/model/autocast.hpp"
+
 #if FNVLP_WITH_CUDA
-#include <ATen/autocast_mode.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
@@ -120,26 +121,12 @@ void check_precision(const Comm& comm, Precision precision, const torch::Device&
                      "): bf16 autocast runs on CUDA only; use fp32 on the CPU");
 }
 
-#if FNVLP_WITH_CUDA
 AutocastScope::AutocastScope(bool enabled) : enabled_(enabled) {
-  if (!enabled_) return;
-  previous_ = at::autocast::is_autocast_enabled(at::kCUDA);
-  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-  at::autocast::set_autocast_enabled(at::kCUDA, true);
-  at::autocast::increment_nesting();
+  if (enabled_) previous_ = model::begin_bf16_autocast();
 }
 
 AutocastScope::~AutocastScope() {
-  if (!enabled_) return;
-  // The cast weights are cached while autocast is on; freed when the outermost scope ends.
-  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  at::autocast::set_autocast_enabled(at::kCUDA, previous_);
+  if (enabled_) model::end_bf16_autocast(previous_);
 }
-#else
-AutocastScope::AutocastScope(bool enabled) : enabled_(enabled) {
-  FNVLP_CHECK(!enabled_, "bf16 autocast needs the CUDA build (FNVLP_GPU=1 env/build.sh)");
-}
-AutocastScope::~AutocastScope() = default;
-#endif
 
 }  // namespace fnvlp::train
