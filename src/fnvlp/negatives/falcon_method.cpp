@@ -41,7 +41,7 @@ void FalconMethod::after_step(StepContext& s) {
     model::Bf16Autocast autocast(env_.bf16);  // the precision of the step's MLM loss
     // The step's dropout masks again (its image pass opens the step's dropout stream, its MLM
     // passes their own), the same calls in the same order: before and after differ only by the
-    // update, as Alg. 2 l. 6 means (with dropout the two losses would otherwise differ by noise of
+    // update, as Alg. 2 l. 7 means (with dropout the two losses would otherwise differ by noise of
     // the size of the reward itself).
     seed_dropout(env_.seed, s.step, env_.comm.rank());
     const auto keys = model->image_keys(model->encode_image(s.images));
