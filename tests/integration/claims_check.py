@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+"""analysis/claims.py on a fabricated two-seed campaign whose verdicts are known by construction:
+(a) held for GloFND (filtered fraction 0.011 / 0.009 at alpha 0.01), not held for glofnd_exact;
+(b) held (lambda error below FNC's on both seeds); (c) inconclusive (the F1 ranges overlap);
+(d) not held (GRIT q=1's rate below uniform's); (e) held (q falls on both seeds); (f) missing
+data (no FALCON eval.json). Then the same campaign with one seed's GloFND error raised above FNC's
+turns (b) inconclusive, and the Markdown table names every claim.
+Usage: claims_check.py SOURCE_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+src = sys.argv[1]
+tool = os.path.join(src, "analysis", "claims.py")
+
+
+def write(path, obj=None, lines=None):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        if lines is not None:
+            f.write("".join(json.dumps(r) + "\n" for r in lines))
+        else:
+            json.dump(obj, f)
+
+
+def campaign(root, glofnd_error_s2=0.02):
+    tasks = {
+        "uniform": {1: {"rate": 0.30, "r1": 1.0}, 2: {"rate": 0.32, "r1": 1.2}},
+        "fnc": {1: {"f1": 0.30}, 2: {"f1": 0.40}},
+        "glofnd": {1: {"frac": 0.011, "f1": 0.35, "err": 0.01}, 2: {"frac": 0.009, "f1": 0.45,
+                                                                  "err": glofnd_error_s2}},
+        "glofnd_exact": {1: {"frac": 0.03}, 2: {"frac": 0.04}},
+        "grit_q1": {1: {"rate": 0.20, "r1": 1.5}, 2: {"rate": 0.25, "r1": 1.4}},
+        "grit_q05": {1: {"rate": 0.22}, 2: {"rate": 0.21}},
+        "falcon": {1: {"q": (0.6, 0.4)}, 2: {"q": (0.55, 0.5)}},
+    }
+    with open(os.path.join(root, "index.tsv"), "w") as f:
+        f.write("index\tmethod\tseed\n")
+        i = 0
+        for m, seeds in tasks.items():
+            for s in seeds:
+                f.write(f"{i}\t{m}\t{s}\n")
+                i += 1
+    for m, seeds in tasks.items():
+        for s, v in seeds.items():
+            d = os.path.join(root, "tasks", f"{m}-s{s}")
+            write(os.path.join(d, "task.json"),
+                  {"method": m, "seed": s, "overrides": ["negatives.alpha=0.05", "negatives.alpha=0.01"]})
+            recs = []
+            for epoch in range(3):
+                r = {"step": 10 * (epoch + 1), "epoch": epoch, "itc": 1.0}
+                if "frac" in v and epoch >= 1:
+                    frac = v["frac"] if epoch == 2 else 0.5
+                    r.update(filtered_frac_i2t=frac, filtered_frac_t2i=frac)
+                if "f1" in v and epoch >= 1:
+                    r.update(fn_precision=v["f1"], fn_recall=v["f1"], fn_f1=v["f1"])
+                if "rate" in v:
+                    r["batch_fn_rate_label"] = v["rate"] if epoch >= 1 else 0.9
+                if "q" in v and epoch >= 1:
+                    r["q_mean"] = v["q"][epoch - 1]
+                recs.append(r)
+            write(os.path.join(d, "run", "metrics.jsonl"), lines=recs)
+            if "err" in v:
+                side = {"glofnd": {"mean_abs_error": v["err"]}, "fnc": {"mean_abs_error": 0.015}}
+                write(os.path.join(d, "stats.json"), {"image": side, "text": side})
+            if "r1" in v:
+                write(os.path.join(d, "eval.json"), {"txt_r1": v["r1"], "img_r1": v["r1"]})
+
+
+def run(root):
+    out = os.path.join(root, "claims.json")
+    md = os.path.join(root, "claims.md")
+    subprocess.run([sys.executable, tool, "--campaign", root, "--out", out, "--md", md], check=True,
+                   stdout=subprocess.DEVNULL)
+    return json.load(open(out)), open(md).read()
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    a = os.path.join(tmp, "a")
+    os.makedirs(a)
+    campaign(a, glofnd_error_s2=0.012)
+    doc, md = run(a)
+    got = {k: v["verdict"] for k, v in doc["claims"].items()}
+    want = {"a": "held", "b": "held", "c": "inconclusive at this spread", "d": "not held",
+            "e": "held", "f": "missing data"}
+    assert got == want, f"verdicts {got}, expected {want}"
+    assert doc["alpha"] == 0.01, f"alpha {doc['alpha']}: the last negatives.alpha override wins"
+    assert doc["claims"]["a"]["data"]["glofnd_exact"]["verdict"] == "not held"
+    fa = doc["claims"]["a"]["data"]["glofnd"]["filtered_fraction_last_epoch"]
+    assert abs(fa["mean"] - 0.010) < 1e-12 and fa["seeds"] == {"1": 0.011, "2": 0.009}, fa
+    for cid in "abcdef":
+        assert f"| ({cid}) " in md, f"claim ({cid}) missing from the table"
+    b = os.path.join(tmp, "b")
+    os.makedirs(b)
+    campaign(b, glofnd_error_s2=0.02)
+    doc, _ = run(b)
+    assert doc["claims"]["b"]["verdict"] == "inconclusive at this spread", doc["claims"]["b"]
+print("ok   claims.py: the six verdicts of a fabricated campaign, and (b) turning inconclusive")
