@@ -76,6 +76,12 @@ def epochs_with(recs, key):
     return sorted({r["epoch"] for r in recs if key in r and "epoch" in r})
 
 
+def logged(task, key):
+    """The task's metric records and the epochs in which `key` was logged (None, [] if none)."""
+    recs = metrics(task)
+    return (recs, epochs_with(recs, key)) if recs else (None, [])
+
+
 def per_seed(tasks, method, fn):
     """{seed: fn(task)} over the method's seeds where fn gives a value."""
     out = {}
@@ -130,10 +136,7 @@ def alpha_of(tasks, default):
 
 
 def filtered_fraction(task):
-    recs = metrics(task)
-    if not recs:
-        return None
-    ep = epochs_with(recs, "filtered_frac_i2t")
+    recs, ep = logged(task, "filtered_frac_i2t")
     if not ep:
         return None
     i2t = epoch_mean(recs, "filtered_frac_i2t", {ep[-1]})
@@ -183,10 +186,7 @@ def claim_b(tasks):
 
 
 def prf_last_epoch(task):
-    recs = metrics(task)
-    if not recs:
-        return None
-    ep = epochs_with(recs, "fn_f1")
+    recs, ep = logged(task, "fn_f1")
     if not ep:
         return None
     return {k: epoch_mean(recs, k, {ep[-1]}) for k in ("fn_precision", "fn_recall", "fn_f1")}
@@ -201,10 +201,8 @@ def claim_c(tasks):
 
 
 def grouped_fn_rate(task):
-    recs = metrics(task)
-    if not recs:
-        return None
-    ep = [e for e in epochs_with(recs, "batch_fn_rate_label") if e >= 1]
+    recs, ep = logged(task, "batch_fn_rate_label")
+    ep = [e for e in ep if e >= 1]
     return epoch_mean(recs, "batch_fn_rate_label", set(ep)) if ep else None
 
 
@@ -216,10 +214,7 @@ def claim_d(tasks):
 
 
 def q_trend(task):
-    recs = metrics(task)
-    if not recs:
-        return None
-    ep = epochs_with(recs, "q_mean")
+    recs, ep = logged(task, "q_mean")
     if len(ep) < 2:
         return None
     return {"first": epoch_mean(recs, "q_mean", {ep[0]}), "last": epoch_mean(recs, "q_mean", {ep[-1]}),
