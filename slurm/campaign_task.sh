@@ -26,6 +26,23 @@ fnvlp_log_header "campaign task $index: $method seed $seed"
 
 fnvlp_pretrain
 
+# Claim (b) of issue 31: GloFND's learned lambda against the exact per-anchor (1-alpha)-quantile
+# and FNC's in-batch threshold (simulated at the training global batch) on the run's last export.
+emb=$(find "$FNVLP_RUN/embeddings" -maxdepth 1 -name 'epoch-*.h5' 2>/dev/null | sort | tail -1)
+if [ -n "$emb" ] && [ ! -s "$task/stats.json" ] && h5ls "$emb" 2>/dev/null | grep -q glofnd_lambda_image &&
+  fnvlp_have_or_skip fnvlp-simstat; then
+  alpha=$(/usr/bin/python3 -c 'import json,sys
+a=[o.split("=",1)[1] for o in json.load(open(sys.argv[1]))["overrides"] if o.startswith("negatives.alpha=")]
+print(a[-1] if a else sys.argv[2])' "$task/task.json" "$FNVLP_FN_ALPHA")
+  fnc_batch=$(( ${FNVLP_BATCH:-256} * FNVLP_RANKS ))
+  mkdir -p "$FNVLP_RUN/analysis"
+  fnvlp_run_ranks "$FNVLP_ANALYSIS_RANKS" "$(fnvlp_bin fnvlp-simstat)" --embeddings "$emb" \
+    --out "$FNVLP_RUN/analysis/simstat.h5" --alpha "$alpha" --lambda-from "$emb" --quantiles 2 \
+    --fnc-batch "$fnc_batch" --json "$task/stats.json.tmp"
+  mv "$task/stats.json.tmp" "$task/stats.json"
+  fnvlp_log "lambda vs exact thresholds ($emb, alpha $alpha, FNC batch $fnc_batch): $task/stats.json"
+fi
+
 if fnvlp_have_or_skip fnvlp-eval; then
   fnvlp_run_ranks "$FNVLP_ANALYSIS_RANKS" "$(fnvlp_bin fnvlp-eval)" --checkpoint "$FNVLP_RUN/checkpoints/latest" \
     --data "$FNVLP_SHARDS_FT_VAL" --out "$task/eval.json" --k-test "$FNVLP_K_TEST"
