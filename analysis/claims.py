@@ -2,6 +2,10 @@
 """The papers' false-negative claims (issue 31) measured on fnvlp campaigns, with verdicts.
 
 Usage: claims.py --campaign DIR [--campaign DIR ...] --out claims.json [--md claims.md]
+                 [--plots DATA_DIR]
+
+--plots writes one CSV per claim into DATA_DIR and lists their plot specs (analysis/plots.py's
+format) in claims.json under each claim's "plot"; fnvlp-report --campaign draws and shows them.
 
 Reads what slurm/ablation_campaign.sh leaves in each campaign directory: index.tsv, and per task
 tasks/METHOD-sSEED/{task.json, run/metrics.jsonl, eval.json, stats.json}; stats.json is
@@ -32,14 +36,26 @@ CLAIMS = {
     "e": "FALCON's mean sampled q falls over training (FALCON's key finding)",
     "f": "Zero-shot retrieval R@1 orders FALCON >= GRIT >= uniform (FALCON Table 1)",
 }
+F_METHODS = ("uniform", "grit_q1", "falcon")
+# Claim (d): the samplers by the hardness quantile they draw at (uniform: none).
+D_METHODS = (("uniform", "uniform"), ("grit_q05", "q = 0.5"), ("grit_q1", "q = 1"))
 # Claim (a): the filtered fraction counts as at alpha within this relative tolerance.
 ALPHA_TOLERANCE = 0.25
 
 
 def load_tasks(campaign):
-    """{method: {seed: task_dir}} of one campaign directory."""
+    """{method: {seed: task_dir}} of one campaign directory: from index.tsv, or without one from
+    the tasks' task.json files (as fnvlp-report's campaign table reads them)."""
     out = {}
     path = os.path.join(campaign, "index.tsv")
+    if not os.path.exists(path) and os.path.isdir(os.path.join(campaign, "tasks")):
+        for name in sorted(os.listdir(os.path.join(campaign, "tasks"))):
+            d = os.path.join(campaign, "tasks", name)
+            t = read_json(os.path.join(d, "task.json"))
+            if not t or "method" not in t or "seed" not in t:
+                sys.exit(f"claims.py: {d}/task.json: missing, not JSON or without method and seed")
+            out.setdefault(t["method"], {})[int(t["seed"])] = d
+        return out
     try:
         with open(path) as f:
             for rec in csv.DictReader(f, delimiter="\t"):
@@ -182,7 +198,11 @@ def claim_b(tasks):
     err = per_seed(tasks, "glofnd", lambda_errors)
     g = {s: v["glofnd"] for s, v in err.items()}
     f = {s: v["fnc"] for s, v in err.items()}
-    return compare(f, g), {"glofnd_lambda_abs_error": spread(g), "fnc_threshold_abs_error": spread(f)}
+    data = {"glofnd_lambda_abs_error": spread(g), "fnc_threshold_abs_error": spread(f)}
+    exact = per_seed(tasks, "glofnd_exact", lambda_errors)
+    if exact:
+        data["glofnd_exact_lambda_abs_error"] = spread({s: v["glofnd"] for s, v in exact.items()})
+    return compare(f, g), data
 
 
 def prf_last_epoch(task):
@@ -195,8 +215,9 @@ def prf_last_epoch(task):
 def claim_c(tasks):
     g = per_seed(tasks, "glofnd", prf_last_epoch)
     f = per_seed(tasks, "fnc", prf_last_epoch)
+    e = per_seed(tasks, "glofnd_exact", prf_last_epoch)
     data = {m: {k: spread({s: v[k] for s, v in d.items()}) for k in ("fn_precision", "fn_recall", "fn_f1")}
-            for m, d in (("glofnd", g), ("fnc", f)) if d}
+            for m, d in (("glofnd", g), ("fnc", f), ("glofnd_exact", e)) if d}
     return compare({s: v["fn_f1"] for s, v in g.items()}, {s: v["fn_f1"] for s, v in f.items()}), data
 
 
@@ -207,7 +228,7 @@ def grouped_fn_rate(task):
 
 
 def claim_d(tasks):
-    rate = {m: per_seed(tasks, m, grouped_fn_rate) for m in ("grit_q1", "grit_q05", "uniform")}
+    rate = {m: per_seed(tasks, m, grouped_fn_rate) for m, _ in D_METHODS}
     verdict = combine([compare(rate["grit_q1"], rate["grit_q05"]),
                        compare(rate["grit_q1"], rate["uniform"])])
     return verdict, {m + "_batch_fn_rate": spread(v) for m, v in rate.items()}
@@ -232,22 +253,135 @@ def claim_e(tasks):
         verdict = "not held"
     else:
         verdict = "inconclusive at this spread"
-    return verdict, {"q_mean_first_grouped_epoch": spread({s: v["first"] for s, v in q.items()}),
+    return verdict, {"q_mean_first_epoch": spread({s: v["first"] for s, v in q.items()}),
                      "q_mean_last_epoch": spread({s: v["last"] for s, v in q.items()})}
 
 
-def r1(task):
-    e = read_json(os.path.join(task, "eval.json"))
-    if not e or "txt_r1" not in e or "img_r1" not in e:
-        return None
-    return (float(e["txt_r1"]) + float(e["img_r1"])) / 2
+def recall_at(k):
+    """R@k of a task's eval.json, the mean of text and image retrieval."""
+    def read(task):
+        e = read_json(os.path.join(task, "eval.json"))
+        if not e or f"txt_r{k}" not in e or f"img_r{k}" not in e:
+            return None
+        return (float(e[f"txt_r{k}"]) + float(e[f"img_r{k}"])) / 2
+    return read
 
 
 def claim_f(tasks):
-    r = {m: per_seed(tasks, m, r1) for m in ("falcon", "grit_q1", "uniform")}
+    r = {m: per_seed(tasks, m, recall_at(1)) for m in F_METHODS}
     verdict = combine([compare(r["falcon"], r["grit_q1"], strict=False),
                        compare(r["grit_q1"], r["uniform"], strict=False)])
-    return verdict, {m + "_r1": spread(v) for m, v in r.items()}
+    data = {m + "_r1": spread(v) for m, v in r.items()}
+    for k in (5, 10):
+        data.update({f"{m}_r{k}": spread(per_seed(tasks, m, recall_at(k))) for m in F_METHODS})
+    return verdict, data
+
+
+def write_csv(path, header, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def step_series(tasks, methods, fn):
+    """{"METHOD sSEED": {step: fn(record)}} over the tasks' metric records where fn gives a value."""
+    out = {}
+    for m in methods:
+        for seed, task in sorted(tasks.get(m, {}).items()):
+            pts = {r["step"]: fn(r) for r in metrics(task) or [] if "step" in r}
+            pts = {k: v for k, v in pts.items() if v is not None}
+            if pts:
+                out[f"{m} s{seed}"] = pts
+    return out
+
+
+def lines_csv(path, x, series):
+    xs = sorted({k for pts in series.values() for k in pts})
+    write_csv(path, [x] + list(series),
+              [[k] + [series[n].get(k, float("nan")) for n in series] for k in xs])
+
+
+def bars_csv(path, groups, series):
+    """groups: [(label, {series: spread})]: one row per group, mean_S and std_S per series."""
+    write_csv(path, [c for s in series for c in (f"mean_{s}", f"std_{s}")],
+              [[(v.get(s) or {}).get(k, float("nan")) for s in series for k in ("mean", "std")]
+               for _, v in groups])
+
+
+def bars(cid, title, ylabel, groups, series, data_dir):
+    bars_csv(os.path.join(data_dir, f"claim_{cid}.csv"), groups, series)
+    return {"file": f"claim_{cid}.png", "kind": "bars", "csv": f"claim_{cid}.csv",
+            "groups": [g for g, _ in groups], "series": list(series), "title": title,
+            "ylabel": ylabel}
+
+
+def plots(tasks, results, alpha, data_dir):
+    """{claim id: plots.py spec} of the claims that have data; CSVs written into data_dir."""
+    out = {}
+
+    def frac(r):
+        v = [r.get("filtered_frac_i2t"), r.get("filtered_frac_t2i")]
+        return None if None in v else (v[0] + v[1]) / 2
+
+    a = step_series(tasks, ("glofnd", "glofnd_exact"), frac)
+    if a:
+        lines_csv(os.path.join(data_dir, "claim_a.csv"), "step", a)
+        out["a"] = {"file": "claim_a.png", "kind": "lines", "csv": "claim_a.csv", "x": "step",
+                    "y": list(a), "hline": {"y": alpha, "label": "alpha"},
+                    "title": "(a) fraction of negatives filtered per anchor", "xlabel": "step",
+                    "ylabel": "filtered fraction (i2t, t2i mean)"}
+    b = results["b"]["data"]
+    names = (("glofnd_lambda_abs_error", "GloFND lambda"),
+             ("glofnd_exact_lambda_abs_error", "GloFND exact-init lambda"),
+             ("fnc_threshold_abs_error", "FNC in-batch threshold"))
+    groups = [(label, {"error": b[k]}) for k, label in names if b.get(k)]
+    if groups:
+        out["b"] = bars("b", "(b) mean |threshold - exact (1-alpha)-quantile|", "mean |error|",
+                        groups, ["error"], data_dir)
+    c = results["c"]["data"]
+    if c:
+        out["c"] = bars("c", "(c) false-negative identification, last epoch", "value",
+                        [(label, {m: c[m][k] for m in c}) for k, label in
+                         (("fn_precision", "precision"), ("fn_recall", "recall"), ("fn_f1", "F1"))],
+                        list(c), data_dir)
+    d = results["d"]["data"]
+    groups = [(label, {"rate": d[m + "_batch_fn_rate"]}) for m, label in D_METHODS
+              if d.get(m + "_batch_fn_rate")]
+    if groups:
+        out["d"] = bars("d", "(d) in-batch rate of known false negatives by sampler",
+                        "rate (epochs >= 1)", groups, ["rate"], data_dir)
+    e = {}
+    for seed, task in sorted(tasks.get("falcon", {}).items()):
+        recs, ep = logged(task, "q_mean")
+        for key in ("q_mean", "q_p5", "q_p95"):
+            pts = {x: epoch_mean(recs, key, {x}) for x in ep}
+            pts = {x: v for x, v in pts.items() if v is not None}
+            if pts:
+                e[f"{key} s{seed}"] = pts
+    if e:
+        lines_csv(os.path.join(data_dir, "claim_e.csv"), "epoch", e)
+        out["e"] = {"file": "claim_e.png", "kind": "lines", "csv": "claim_e.csv", "x": "epoch",
+                    "y": list(e), "title": "(e) FALCON's sampled q per epoch (mean, p5, p95)",
+                    "xlabel": "epoch", "ylabel": "q"}
+    f = results["f"]["data"]
+    if any(f.get(f"{m}_r1") for m in F_METHODS):
+        out["f"] = bars("f", "(f) zero-shot retrieval (text and image mean)", "recall (%)",
+                        [(f"R@{k}", {m: f.get(f"{m}_r{k}") for m in F_METHODS}) for k in (1, 5, 10)],
+                        list(F_METHODS), data_dir)
+    return out
+
+
+def table(data, prefix=""):
+    """The claim's measured numbers as rows (quantity, mean, std, per-seed values)."""
+    rows = []
+    for key, val in data.items():
+        if isinstance(val, dict) and "mean" in val:
+            rows.append({"quantity": prefix + key, "mean": val["mean"], "std": val["std"],
+                         "seeds": val["seeds"]})
+        elif isinstance(val, dict):
+            rows += table(val, prefix + key + ".")
+    return rows
 
 
 def main():
@@ -256,6 +390,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--md")
     ap.add_argument("--alpha", type=float, help="default: negatives.alpha of the GloFND tasks")
+    ap.add_argument("--plots", metavar="DATA_DIR", help="write the claims' plot CSVs here")
     args = ap.parse_args()
     tasks = {}
     for c in args.campaign:
@@ -268,6 +403,12 @@ def main():
                     ("e", lambda: claim_e(tasks)), ("f", lambda: claim_f(tasks))):
         verdict, data = fn()
         results[cid] = {"claim": CLAIMS[cid], "verdict": verdict, "data": data}
+    for r in results.values():
+        r["table"] = table(r["data"])
+    if args.plots:
+        os.makedirs(args.plots, exist_ok=True)
+        for cid, spec in plots(tasks, results, alpha, args.plots).items():
+            results[cid]["plot"] = spec
     doc = {"campaigns": args.campaign, "alpha": alpha,
            "seeds": {m: sorted(s) for m, s in sorted(tasks.items())}, "claims": results}
     with open(args.out, "w") as f:
@@ -276,14 +417,8 @@ def main():
         with open(args.md, "w") as f:
             f.write("| claim | verdict | measured (mean +- std over seeds) |\n|---|---|---|\n")
             for cid, r in results.items():
-                parts = []
-                for key, val in r["data"].items():
-                    if isinstance(val, dict) and "mean" in val:
-                        parts.append(f"{key} {val['mean']:.4g} +- {val['std']:.2g}")
-                    elif isinstance(val, dict):
-                        parts += [f"{key}.{k} {v['mean']:.4g} +- {v['std']:.2g}"
-                                  for k, v in val.items() if isinstance(v, dict) and "mean" in v]
-                f.write(f"| ({cid}) {r['claim']} | {r['verdict']} | {'; '.join(parts) or '-'} |\n")
+                parts = [f"{t['quantity']} {t['mean']:.4g} +- {t['std']:.2g}" for t in r["table"]]
+                f.write(f"| ({cid}) {r['claim'].replace('|', chr(92) + '|')} | {r['verdict']} | {'; '.join(parts) or '-'} |\n")
     for cid, r in results.items():
         print(f"({cid}) {r['verdict']}: {r['claim']}")
 

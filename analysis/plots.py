@@ -2,7 +2,9 @@
 """Draws the PNGs of fnvlp-report from data/plots.json (Debian python3-matplotlib, no network).
 
 Each plot entry names a CSV under the data directory and a kind: "lines" (x against several y
-columns, optional horizontal reference line), "scatter" (optional y = x diagonal) or "hist".
+columns, optional horizontal reference line), "scatter" (optional y = x diagonal), "hist" or
+"bars" (one group of bars per CSV row, one bar per series with columns mean_S and std_S drawn as
+mean +- std; a NaN mean leaves its bar out).
 """
 import csv
 import json
@@ -52,6 +54,21 @@ def draw(spec, data_dir, out_dir):
     elif kind == "hist":
         v = [x for x in cols[spec["column"]] if math.isfinite(x)]
         ax.hist(v, bins=spec.get("bins", 50))
+    elif kind == "bars":
+        groups, series = spec["groups"], spec["series"]
+        width = 0.8 / len(series)
+        for j, name in enumerate(series):
+            xs, means, stds = [], [], []
+            for i, mean in enumerate(cols["mean_" + name]):
+                if math.isfinite(mean):
+                    xs.append(i + (j - (len(series) - 1) / 2) * width)
+                    means.append(mean)
+                    stds.append(cols["std_" + name][i])
+            ax.bar(xs, means, width, yerr=stds, capsize=3, label=name)
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels(groups, fontsize=8)
+        if len(series) > 1:
+            ax.legend(fontsize=8)
     else:
         sys.exit("plots.py: unknown plot kind %r in %s" % (kind, spec["file"]))
     ax.set_title(spec["title"], fontsize=10)

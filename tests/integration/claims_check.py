@@ -5,7 +5,9 @@
 (d) not held (GRIT q=1's rate below uniform's); (e) held (q falls on both seeds); (f) missing
 data (no FALCON eval.json). Then the same campaign with one seed's GloFND error raised above FNC's
 turns (b) inconclusive, and the Markdown table names every claim.
-Usage: claims_check.py SOURCE_DIR
+With FNVLP_REPORT (an fnvlp-report binary) the campaign's report has a claims page: one section
+per claim with its verdict and, where the claim has data, its plot.
+Usage: claims_check.py SOURCE_DIR [FNVLP_REPORT]
 """
 import json
 import os
@@ -93,6 +95,18 @@ with tempfile.TemporaryDirectory() as tmp:
     assert abs(fa["mean"] - 0.010) < 1e-12 and fa["seeds"] == {"1": 0.011, "2": 0.009}, fa
     for cid in "abcdef":
         assert f"| ({cid}) " in md, f"claim ({cid}) missing from the table"
+    if len(sys.argv) > 2:
+        rep = os.path.join(tmp, "report")
+        subprocess.run([sys.argv[2], "--campaign", a, "--out", rep], check=True,
+                       stdout=subprocess.DEVNULL)
+        html = open(os.path.join(rep, "report.html")).read()
+        for cid, verdict in want.items():
+            assert f"<h3>({cid}) " in html and f"Verdict: {verdict}" in html, (cid, verdict)
+            png = os.path.join(rep, f"claim_{cid}.png")
+            # (f) has R@1 for uniform and GRIT (no FALCON eval.json): a plot without FALCON's bar.
+            assert os.path.getsize(png) > 1000 and f'src="claim_{cid}.png"' in html, png
+        plotted = json.load(open(os.path.join(rep, "report.json")))["plots"]
+        assert sorted(p["claim"] for p in plotted if "claim" in p) == list("abcdef"), plotted
     b = os.path.join(tmp, "b")
     os.makedirs(b)
     campaign(b, glofnd_error_s2=0.02)

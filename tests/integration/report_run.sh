@@ -102,6 +102,11 @@ assert abs(rows["glofnd"]["r_mean"]["std"] - statistics.stdev([20.0, 21.0, 25.0]
 assert rows["uniform"]["txt_r5"]["n"] == 2 and r["campaign"]["missing_eval"] == ["falcon-s0"]
 html = open(d + "/report.html").read()
 assert "22.00 &plusmn; 2.65" in html and "lambda_vs_exact_image.png" in html
+# The claims page (analysis/claims.py): every claim has its section; only (f) has data here.
+c = r["claims"]["claims"]
+assert sorted(c) == list("abcdef") and c["a"]["verdict"] == "missing data", c["a"]
+assert all("(%s) " % k in html for k in "abcdef") and "claim_f.png" in html
+assert os.path.getsize(d + "/claim_f.png") > 1000 and "claim_a.png" not in html
 print("lambda report: GloFND |err| image %.4f; campaign rows %s" % (
       r["stats"]["image"]["glofnd"]["mean_abs_error"], sorted(rows)))
 PY

@@ -324,6 +324,185 @@ json campaign_table(const std::string& campaign_dir) {
   return {{"dir", campaign_dir}, {"methods", rows}, {"missing_eval", missing}};
 }
 
+namespace {
+
+// The papers' claims over a campaign: analysis/claims.py computes the verdicts and writes its
+// plots' CSVs into `data`; their specs join `plots`, tagged with the claim they belong to.
+json claims_section(const Options& opt, const fs::path& data, json& plots) {
+  const fs::path script = !opt.claims_script.empty()
+                              ? fs::path(opt.claims_script)
+                              : fs::path(opt.plots_script).parent_path() / "claims.py";
+  FNVLP_CHECK(fs::exists(script), "claims script " << script.string() << " not found");
+  const fs::path out = data / "claims.json";
+  const std::string cmd = "'" + opt.python + "' '" + script.string() + "' --campaign '" +
+                          opt.campaign_dir + "' --out '" + out.string() + "' --md '" +
+                          (data.parent_path() / "claims.md").string() + "' --plots '" +
+                          data.string() + "' >/dev/null";
+  const int rc = std::system(cmd.c_str());
+  FNVLP_CHECK(rc == 0, "claims failed (exit " << rc << "): " << cmd);
+  json doc;
+  try {
+    doc = json::parse(std::ifstream(out));
+  } catch (const std::exception& e) {
+    FNVLP_FAIL(out.string() << ": not JSON: " << e.what());
+  }
+  FNVLP_CHECK(doc.contains("claims") && doc["claims"].is_object(), out.string()
+                                                                       << ": no 'claims' object");
+  for (auto it = doc["claims"].begin(); it != doc["claims"].end(); ++it)
+    if (it.value().contains("plot")) {
+      json p = it.value()["plot"];
+      p["claim"] = it.key();
+      plots.push_back(p);
+    }
+  return doc;
+}
+
+}  // namespace
+
+namespace {
+
+// Mean of `key` over the training records of the last epoch that logged it (NaN if none).
+double last_epoch_mean(const std::vector<json>& rows, const std::string& key) {
+  int64_t epoch = -1;
+  for (const auto& r : rows)
+    if (std::isfinite(number_or_nan(r, key)) && r.contains("epoch"))
+      epoch = std::max<int64_t>(epoch, r["epoch"].get<int64_t>());
+  double sum = 0, n = 0;
+  for (const auto& r : rows)
+    if (r.contains("epoch") && r["epoch"].get<int64_t>() == epoch &&
+        std::isfinite(number_or_nan(r, key))) {
+      sum += r[key].get<double>();
+      n += 1;
+    }
+  return n > 0 ? sum / n : std::numeric_limits<double>::quiet_NaN();
+}
+
+std::string config_string(const fs::path& run, const char* section, const char* key) {
+  try {
+    const YAML::Node root = YAML::LoadFile((run / "config.yaml").string());
+    if (root[section] && root[section][key]) return root[section][key].as<std::string>();
+  } catch (const std::exception&) {  // the summary says "unknown"; config_alpha names bad files
+  }
+  return "unknown";
+}
+
+// What ran and what it found, for the summary at the top of the page.
+json run_facts(const fs::path& run, const std::vector<json>& rows, const json& summary) {
+  json f;
+  f["method"] = config_string(run, "negatives", "method");
+  f["sampler"] = config_string(run, "sampler", "kind");
+  for (const char* k : {"steps", "epochs_completed", "world_size", "samples_per_second", "status"})
+    if (summary.contains(k)) f[k] = summary[k];
+  const json* first = nullptr;
+  const json* last = nullptr;
+  const json* val = nullptr;
+  const json* best = nullptr;
+  for (const auto& r : rows) {
+    if (r.contains("loss")) {
+      if (!first) first = &r;
+      last = &r;
+    }
+    if (std::isfinite(number_or_nan(r, "val_r_mean"))) {
+      val = &r;
+      if (!best || r["val_r_mean"].get<double>() > (*best)["val_r_mean"].get<double>()) best = &r;
+    }
+  }
+  for (const char* k : {"loss", "itc", "itm", "mlm"})
+    if (first && first->contains(k) && last->contains(k)) f["loss"][k] = {(*first)[k], (*last)[k]};
+  if (first) f["loss_steps"] = {(*first)["step"], (*last)["step"]};
+  if (val) {
+    f["val_last"] = *val;
+    f["val_best"] = *best;
+    f["val_records"] = std::count_if(rows.begin(), rows.end(), [](const json& r) {
+      return std::isfinite(number_or_nan(r, "val_r_mean"));
+    });
+  }
+  for (const char* k :
+       {"filtered_frac_i2t", "filtered_frac_t2i", "batch_fn_rate_label", "lambda_image_mean",
+        "lambda_text_mean", "fn_precision", "fn_recall", "fn_f1", "q_mean"}) {
+    const double v = last_epoch_mean(rows, k);
+    if (std::isfinite(v)) f["last_epoch"][k] = v;
+  }
+  return f;
+}
+
+std::string summary_html(const json& report) {
+  const json& f = report["run"]["facts"];
+  std::ostringstream h;
+  auto num = [](const json& v, int prec) { return fmt(v.get<double>(), prec); };
+  h << "<h2>Summary</h2>\n<ul>\n<li>Ran: negatives <b>" << html_escape(f["method"])
+    << "</b>, sampler <b>" << html_escape(f["sampler"]) << "</b>";
+  if (f.contains("steps")) h << ", " << f["steps"] << " steps";
+  if (f.contains("epochs_completed")) h << " (" << f["epochs_completed"] << " epochs completed)";
+  if (f.contains("world_size")) h << " on " << f["world_size"] << " ranks";
+  if (f.contains("samples_per_second"))
+    h << ", " << num(f["samples_per_second"], 1) << " samples/s";
+  if (f.contains("status")) h << "; status " << html_escape(f["status"]);
+  h << ".</li>\n";
+  if (f.contains("loss")) {
+    h << "<li>Training loss from step " << f["loss_steps"][0] << " to " << f["loss_steps"][1]
+      << ":";
+    const char* sep = " ";
+    for (const auto& [k, v] : f["loss"].items()) {
+      h << sep << k << " " << num(v[0], 3) << " &rarr; " << num(v[1], 3);
+      sep = ", ";
+    }
+    h << ".</li>\n";
+  }
+  if (f.contains("val_last")) {
+    const json& v = f["val_last"];
+    const json& b = f["val_best"];
+    h << "<li>Zero-shot retrieval on the validation split (" << v.value("val_pairs", json(0))
+      << " pairs, " << f["val_records"] << " evaluations): r_mean <b>" << num(v["val_r_mean"], 2)
+      << "</b> at step " << v["step"] << " (text R@1/5/10 " << num(v["val_txt_r1"], 1) << "/"
+      << num(v["val_txt_r5"], 1) << "/" << num(v["val_txt_r10"], 1) << ", image "
+      << num(v["val_img_r1"], 1) << "/" << num(v["val_img_r5"], 1) << "/"
+      << num(v["val_img_r10"], 1) << "); best " << num(b["val_r_mean"], 2) << " at step "
+      << b["step"] << ".</li>\n";
+  }
+  const json le = f.value("last_epoch", json::object());
+  if (le.contains("filtered_frac_i2t") && le.contains("filtered_frac_t2i")) {
+    h << "<li>Negatives filtered as false negatives per anchor in the last epoch: "
+      << num(le["filtered_frac_i2t"], 4) << " (image anchors), " << num(le["filtered_frac_t2i"], 4)
+      << " (text)";
+    if (report["run"].contains("alpha")) h << " against alpha " << num(report["run"]["alpha"], 4);
+    h << ".</li>\n";
+  }
+  if (report.contains("stats")) {
+    const json& s = report["stats"];
+    for (const char* m : {"image", "text"}) {
+      if (!s.contains(m)) continue;
+      const json& x = s[m];
+      h << "<li>" << (std::string(m) == "image" ? "Image" : "Text")
+        << " anchors, against the exact per-anchor (1-alpha)-quantile (alpha " << num(s["alpha"], 4)
+        << "): ";
+      if (x.contains("glofnd") && x["glofnd"].contains("mean_abs_error"))
+        h << "GloFND's lambda off by " << num(x["glofnd"]["mean_abs_error"], 4) << " on average, ";
+      h << "FNC's in-batch threshold by " << num(x["fnc"]["mean_abs_error"], 4)
+        << ". False-negative F1 against the labels:";
+      const char* sep = " ";
+      for (const char* method : {"glofnd", "fnc", "exact"})
+        if (x.contains(method) && x[method].contains("f1")) {
+          h << sep << method << " " << num(x[method]["f1"], 3) << " (P "
+            << num(x[method]["precision"], 3) << ", R " << num(x[method]["recall"], 3) << ")";
+          sep = "; ";
+        }
+      h << ".</li>\n";
+    }
+  }
+  if (le.contains("batch_fn_rate_label"))
+    h << "<li>In-batch rate of known false negatives (same-label negatives) drawn by the sampler, "
+         "last epoch: "
+      << num(le["batch_fn_rate_label"], 4) << ".</li>\n";
+  if (le.contains("q_mean"))
+    h << "<li>Mean hardness quantile q drawn in the last epoch: " << num(le["q_mean"], 3)
+      << ".</li>\n";
+  h << "</ul>\n";
+  return h.str();
+}
+
+}  // namespace
+
 json build_report(const Options& opt) {
   FNVLP_CHECK(!opt.out_dir.empty(), "--out is required");
   FNVLP_CHECK(!opt.run_dir.empty() || !opt.campaign_dir.empty(),
@@ -356,12 +535,23 @@ json build_report(const Options& opt) {
     for (const auto& r : rows)
       for (auto it = r.begin(); it != r.end(); ++it) last[it.key()] = it.value();
     report["run"]["last"] = last;
+    report["run"]["facts"] = run_facts(run, rows, report["run"].value("summary", json::object()));
     for (const auto& sp : kSeries) {
       const std::string csv =
           std::string(sp.file).substr(0, std::string(sp.file).size() - 4) + ".csv";
       const auto present = write_series_csv(rows, sp.keys, data / csv);
       if (present.empty()) {
         notes.push_back(std::string(sp.file) + ": skipped, metrics.jsonl has none of the keys");
+        continue;
+      }
+      size_t points = 0;
+      for (const auto& k : present)
+        points =
+            std::max<size_t>(points, std::count_if(rows.begin(), rows.end(), [&](const json& r) {
+                               return std::isfinite(number_or_nan(r, k));
+                             }));
+      if (points < 2) {
+        notes.push_back(std::string(sp.file) + ": skipped, a single logged point");
         continue;
       }
       json p = {{"file", sp.file}, {"kind", "lines"},   {"csv", csv},       {"x", "step"},
@@ -373,7 +563,10 @@ json build_report(const Options& opt) {
       report["stats"] = stats_section(opt.stats, store::newest_epoch_embeddings(run.string()), data,
                                       plots, notes);
   }
-  if (!opt.campaign_dir.empty()) report["campaign"] = campaign_table(opt.campaign_dir);
+  if (!opt.campaign_dir.empty()) {
+    report["campaign"] = campaign_table(opt.campaign_dir);
+    report["claims"] = claims_section(opt, data, plots);
+  }
 
   // Render: plots.py reads data/plots.json and writes the PNGs into REPORT_DIR.
   write_file(data / "plots.json",
@@ -387,7 +580,8 @@ json build_report(const Options& opt) {
     for (const auto& p : plots) {
       FNVLP_CHECK(fs::exists(out / p["file"].get<std::string>()),
                   "plots.py did not write " << (out / p["file"].get<std::string>()).string());
-      figures.emplace_back(p["file"].get<std::string>(), p["title"].get<std::string>());
+      if (!p.contains("claim"))  // shown in their claim's section
+        figures.emplace_back(p["file"].get<std::string>(), p["title"].get<std::string>());
     }
   }
   report["plots"] = plots;
@@ -402,20 +596,8 @@ json build_report(const Options& opt) {
        "img{max-width:48%;margin:4px}</style></head><body>\n<h1>fnvlp report</h1>\n";
   if (report.contains("run")) {
     h << "<p>Run: <code>" << html_escape(opt.run_dir) << "</code>, " << report["run"]["records"]
-      << " metric records.</p>\n";
-    const json& last = report["run"]["last"];
-    if (!last.empty()) {
-      h << "<h2>Final metrics</h2><table><tr>";
-      for (auto it = last.begin(); it != last.end(); ++it)
-        h << "<th>" << html_escape(it.key()) << "</th>";
-      h << "</tr><tr>";
-      for (auto it = last.begin(); it != last.end(); ++it)
-        h << "<td>"
-          << (it.value().is_number() ? fmt(it.value().get<double>())
-                                     : html_escape(it.value().dump()))
-          << "</td>";
-      h << "</tr></table>\n";
-    }
+      << " metric records.</p>\n"
+      << summary_html(report);
   }
   if (report.contains("stats")) {
     const json& s = report["stats"];
@@ -433,6 +615,31 @@ json build_report(const Options& opt) {
           << "</td></tr>\n";
       }
     h << "</table>\n";
+  }
+  if (report.contains("claims")) {
+    h << "<h2>The papers' false-negative claims</h2>\n<p>Each verdict is judged seed by seed: "
+         "held when every seed's value lies on the claimed side of every seed's value of the "
+         "other method, not held when every one lies on the other side, otherwise "
+         "inconclusive at this spread.</p>\n";
+    for (const auto& [cid, c] : report["claims"]["claims"].items()) {
+      h << "<h3>(" << html_escape(cid) << ") " << html_escape(c["claim"].get<std::string>())
+        << "</h3>\n<p><b>Verdict: " << html_escape(c["verdict"].get<std::string>()) << "</b></p>\n";
+      if (!c["table"].empty()) {
+        h << "<table><tr><th>quantity</th><th>mean &plusmn; std</th><th>per seed</th></tr>\n";
+        for (const auto& t : c["table"]) {
+          std::string seeds;
+          for (const auto& [s, v] : t["seeds"].items())
+            seeds += (seeds.empty() ? "" : ", ") + ("s" + s + " " + fmt(v.get<double>()));
+          h << "<tr><td style=\"text-align:left\">" << html_escape(t["quantity"].get<std::string>())
+            << "</td><td>" << fmt(t["mean"].get<double>()) << " &plusmn; "
+            << fmt(t["std"].get<double>()) << "</td><td>" << seeds << "</td></tr>\n";
+        }
+        h << "</table>\n";
+      }
+      if (c.contains("plot"))
+        h << "<img src=\"" << html_escape(c["plot"]["file"].get<std::string>()) << "\" alt=\""
+          << html_escape(c["plot"]["title"].get<std::string>()) << "\">\n";
+    }
   }
   if (report.contains("campaign")) {
     const json& c = report["campaign"];
@@ -460,10 +667,26 @@ json build_report(const Options& opt) {
     for (const auto& [file, caption] : figures)
       h << "<img src=\"" << file << "\" alt=\"" << html_escape(caption) << "\">\n";
   }
+  if (report.contains("run") && !report["run"]["last"].empty()) {
+    // One row per metric (nested ones such as phase_ms flattened): a laptop window holds it.
+    h << "<h2>Last logged value of every metric</h2>\n<table><tr><th>metric</th><th>value</th>"
+         "</tr>\n";
+    for (const auto& [k, v] : report["run"]["last"].items()) {
+      if (v.is_number())
+        h << "<tr><td style=\"text-align:left\">" << html_escape(k) << "</td><td>"
+          << fmt(v.get<double>()) << "</td></tr>\n";
+      else if (v.is_object())
+        for (const auto& [k2, v2] : v.items())
+          if (v2.is_number())
+            h << "<tr><td style=\"text-align:left\">" << html_escape(k + "." + k2) << "</td><td>"
+              << fmt(v2.get<double>()) << "</td></tr>\n";
+    }
+    h << "</table>\n";
+  }
   if (!notes.empty()) {
-    h << "<h2>Notes</h2><ul>\n";
+    h << "<details><summary>Notes (" << notes.size() << ")</summary><ul>\n";
     for (const auto& n : notes) h << "<li>" << html_escape(n.get<std::string>()) << "</li>\n";
-    h << "</ul>\n";
+    h << "</ul></details>\n";
   }
   h << "</body></html>\n";
   write_file(out / "report.html", h.str());

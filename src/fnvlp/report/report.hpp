@@ -1,7 +1,8 @@
 #pragma once
 // fnvlp-report: one HTML page (report.html, relative PNG links) and report.json from a pretraining
 // run (metrics.jsonl, config.yaml, embeddings), an optional STATS.h5 of fnvlp-simstat and an
-// optional campaign directory (layout of issue 7). Numbers are computed here; the PNGs are drawn
+// optional campaign directory (layout of issue 7; its claims page from analysis/claims.py, issue
+// 31). Numbers are computed here; the PNGs are drawn
 // by analysis/plots.py (Debian's python3 + matplotlib, Agg backend, no network) from CSV files
 // under REPORT_DIR/data/ and a plot list REPORT_DIR/data/plots.json.
 #include <nlohmann/json.hpp>
@@ -15,7 +16,8 @@ struct Options {
   std::string campaign_dir;
   std::string out_dir;
   std::string python = "/usr/bin/python3";
-  std::string plots_script;  // analysis/plots.py
+  std::string plots_script;   // analysis/plots.py
+  std::string claims_script;  // analysis/claims.py (default: beside plots_script)
 };
 
 // Writes the report and returns report.json's content. Throws fnvlp::Error naming the file and
