@@ -3,7 +3,8 @@
 # CAMPAIGN/results.csv and results.md (one row per task: method, seed, txt_r1 .. r_mean, status;
 # a task without eval.json is a failed cell, marked with its job state; then mean +- std per
 # method over the seeds that succeeded), then fnvlp-report --campaign CAMPAIGN --out
-# CAMPAIGN/report. Job states come from sacct where accounting exists, else from scontrol.
+# CAMPAIGN/report (with the claims page of analysis/claims.py: report/claims.md). Job states come
+# from sacct where accounting exists, else from scontrol.
 #SBATCH --job-name=fnvlp-collect
 #SBATCH --output=logs/%x-%j.out
 set -euo pipefail
@@ -94,5 +95,6 @@ for x in failed:
 PY
 if fnvlp_have_or_skip fnvlp-report; then
   "$(fnvlp_bin fnvlp-report)" --campaign "$camp" --out "$camp/report"
-  fnvlp_log "campaign report: $camp/report/report.html"
+  fnvlp_log "campaign report: $camp/report/report.html; the papers' claims (issue 31):"
+  cat "$camp/report/claims.md"
 fi
