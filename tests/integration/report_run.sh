@@ -57,7 +57,26 @@ assert os.path.exists(d + "/loss.png") and "exact" in r["stats"]["image"]
 notes = " ".join(r["notes"])
 assert "filtered_frac.png: skipped" in notes and "lambda vs exact threshold: skipped" in notes, notes
 assert "glofnd" not in r["stats"]["image"]
+# Read top down: the summary of what ran before the plots, one metric per row, no raw JSON.
+assert html.index("<h2>Summary</h2>") < html.index("<h2>Plots</h2>"), "summary not first"
+assert "negatives <b>none</b>, sampler <b>uniform</b>, 6 steps" in html, "summary lacks the run"
+assert '{"' not in html and "phase_ms.backward" in html, "raw JSON in the page"
 print("plain report: %d plots, %d notes" % (len(r["plots"]), len(r["notes"])))
+PY
+
+echo "== a series with a single point is not drawn"
+cp -r "$work/run" "$work/run_val1"
+echo '{"epoch": 0, "step": 6, "val_r_mean": 7.5, "val_pairs": 80, "val_txt_r1": 1.0, "val_txt_r5": 5.0, "val_txt_r10": 10.0, "val_img_r1": 2.0, "val_img_r5": 6.0, "val_img_r10": 11.0}' \
+  >>"$work/run_val1/metrics.jsonl"
+"$bin/analysis/fnvlp-report" --run "$work/run_val1" --out "$work/rep_val1"
+$py - "$work/rep_val1" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+r = json.load(open(d + "/report.json"))
+html = open(d + "/report.html").read()
+assert "val.png: skipped, a single logged point" in " ".join(r["notes"]), r["notes"]
+assert not os.path.exists(d + "/val.png") and 'src="val.png"' not in html
+assert "r_mean <b>7.50</b> at step 6" in html, "the summary lacks the validation result"
 PY
 
 echo "== report with lambda (GloFND-style export) and a campaign"

@@ -357,10 +357,6 @@ json claims_section(const Options& opt, const fs::path& data, json& plots) {
   return doc;
 }
 
-}  // namespace
-
-namespace {
-
 // Mean of `key` over the training records of the last epoch that logged it (NaN if none).
 double last_epoch_mean(const std::vector<json>& rows, const std::string& key) {
   int64_t epoch = -1;
@@ -451,14 +447,16 @@ std::string summary_html(const json& report) {
   }
   if (f.contains("val_last")) {
     const json& v = f["val_last"];
-    const json& b = f["val_best"];
-    h << "<li>Zero-shot retrieval on the validation split (" << v.value("val_pairs", json(0))
-      << " pairs, " << f["val_records"] << " evaluations): r_mean <b>" << num(v["val_r_mean"], 2)
-      << "</b> at step " << v["step"] << " (text R@1/5/10 " << num(v["val_txt_r1"], 1) << "/"
-      << num(v["val_txt_r5"], 1) << "/" << num(v["val_txt_r10"], 1) << ", image "
-      << num(v["val_img_r1"], 1) << "/" << num(v["val_img_r5"], 1) << "/"
-      << num(v["val_img_r10"], 1) << "); best " << num(b["val_r_mean"], 2) << " at step "
-      << b["step"] << ".</li>\n";
+    // A validation record may lack keys (older runs): those print as n/a.
+    auto val = [&v](const char* k, int prec) {
+      return v.contains(k) && v[k].is_number() ? fmt(v[k].get<double>(), prec) : "n/a";
+    };
+    h << "<li>Zero-shot retrieval on the validation split (" << val("val_pairs", 0) << " pairs, "
+      << f["val_records"] << " evaluations): r_mean <b>" << val("val_r_mean", 2) << "</b> at step "
+      << v["step"] << " (text R@1/5/10 " << val("val_txt_r1", 1) << "/" << val("val_txt_r5", 1)
+      << "/" << val("val_txt_r10", 1) << ", image " << val("val_img_r1", 1) << "/"
+      << val("val_img_r5", 1) << "/" << val("val_img_r10", 1) << "); best "
+      << num(f["val_best"]["val_r_mean"], 2) << " at step " << f["val_best"]["step"] << ".</li>\n";
   }
   const json le = f.value("last_epoch", json::object());
   if (le.contains("filtered_frac_i2t") && le.contains("filtered_frac_t2i")) {
