@@ -3,7 +3,8 @@
 # (and the dataset) before the first step: missing, truncated, wrong schema version,
 # manifest/shard mismatch, and a flipped bit inside an image chunk (data.verify=full, the default:
 # every shard's sha256 is checked before libhdf5 opens it). With data.verify=size the flipped bit
-# is caught at the read, before the batch is trained on (HDF5's Fletcher32 on every chunk).
+# is caught at the read, before the batch is trained on (HDF5's Fletcher32 on every chunk). Each
+# failure at start-up is recorded in the run's summary.json (status failed, the error).
 # `fnvlp-shard --verify` reports the same faults.
 source "$(dirname "$0")/lib.sh"
 make_data
@@ -20,6 +21,13 @@ fails_at_open() {
   expect_failure pretrain --out "$work/run-$1"
   expect_output "$2"
   [ ! -s "$work/run-$1/metrics.jsonl" ] || fail "$1: steps ran before the error"
+  # The run directory records the failure: summary.json from the start-up, naming the file.
+  /usr/bin/python3 - "$work/run-$1/summary.json" "$2" <<'PY' || fail "$1: no summary.json of the failure"
+import json, re, sys
+s = json.load(open(sys.argv[1]))
+assert s["status"] == "failed" and s["exit_code"] == 1 and s["phase"] == "startup", s
+assert re.search(sys.argv[2], s["error"]), (sys.argv[2], s["error"])
+PY
 }
 
 echo "== missing shard"

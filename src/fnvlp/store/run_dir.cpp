@@ -169,7 +169,13 @@ void RunDir::write_config(const std::string& resolved_yaml) const {
 }
 
 void RunDir::write_summary(const RunSummary& s, bool this_rank) const {
-  if (!this_rank && !comm_.is_root()) return;
+  write_summary_at(path_, comm_, s, this_rank);
+}
+
+bool write_summary_at(const std::string& run_dir, const Comm& comm, const RunSummary& s,
+                      bool this_rank) {
+  if (!this_rank && !comm.is_root()) return false;
+  if (!fs::is_directory(run_dir)) return false;
   json j = {{"status", to_string(s.status)},
             {"exit_code", s.exit_code},
             {"steps", s.steps},
@@ -177,16 +183,17 @@ void RunDir::write_summary(const RunSummary& s, bool this_rank) const {
             {"seconds", s.seconds},
             {"samples_per_second", s.seconds > 0 ? s.samples / s.seconds : 0.0},
             {"skipped_steps", s.skipped_steps},
-            {"world_size", comm_.size()},
+            {"world_size", comm.size()},
             {"finished_at", utc_now_iso8601()},
             {"final_metrics", s.final_metrics.is_null() ? json::object() : s.final_metrics}};
   if (!s.error.empty()) j["error"] = s.error;
-  if (this_rank) j["failed_rank"] = comm_.rank();
+  if (this_rank) j["failed_rank"] = comm.rank();
   if (s.extra.is_object())
     for (const auto& [k, v] : s.extra.items()) j[k] = v;
   // Failed ranks may write at the same moment (two watchdogs): the last rename wins, whole.
-  write_file_atomic(summary_path(), j.dump(2) + "\n",
-                    this_rank ? ".tmp.rank-" + std::to_string(comm_.rank()) : ".tmp");
+  write_file_atomic(run_dir + "/summary.json", j.dump(2) + "\n",
+                    this_rank ? ".tmp.rank-" + std::to_string(comm.rank()) : ".tmp");
+  return true;
 }
 
 // --- metrics.jsonl ------------------------------------------------------------------------------

@@ -116,6 +116,12 @@ class RunDir {
   const Comm& comm_;
 };
 
+// RunDir::write_summary for a run directory whose RunDir object is gone or was never made (a
+// failure while the trainer is being built): not collective, nothing written when `run_dir` is
+// not a directory (returns false).
+bool write_summary_at(const std::string& run_dir, const Comm& comm, const RunSummary& summary,
+                      bool this_rank);
+
 // Local: the newest RUN/embeddings/epoch-EEE.h5 of a run directory, "" when there is none (the
 // on-demand step-SSSSSSS.h5 exports are not epochs). What fnvlp-report and fnvlp-simstat
 // --lambda-from read.

@@ -470,25 +470,40 @@ int run_pretraining(const Comm& comm, const PretrainConfig& cfg, const PretrainO
   StopRequest::install();
   // Start-up (shard hashing, opening, model construction) under the watchdog too.
   Watchdog dog(comm, cfg.watchdog.timeout_s);
-  std::unique_ptr<Trainer> trainer;
-  {
-    auto guard = dog.long_phase("startup", cfg.watchdog.startup_timeout_s);
-    trainer = std::make_unique<Trainer>(comm, cfg, opt);
-  }
-  // A run that fails after its run directory exists still says so in summary.json (a failure
-  // in the constructor, e.g. unreadable shards, precedes it).
-  try {
-    return trainer->run(dog);
-  } catch (const std::exception& e) {
-    dog.stop();  // its last words use the trainer, which unwinding destroys before the watchdog
+  // A run that fails once its run directory exists says so in summary.json, also while the
+  // trainer is being built (unreadable or corrupt shards, a refused configuration).
+  auto failed = [&](const std::exception& e, const Trainer* t) {
     const bool agreed = dynamic_cast<const CollectiveError*>(&e) != nullptr ||
                         dynamic_cast<const UsageError*>(&e) != nullptr;
     const int code = dynamic_cast<const UsageError*>(&e) != nullptr ? kExitUsage : 1;
     try {
-      trainer->write_failure_summary(code, e.what(), agreed);
+      if (t) {
+        t->write_failure_summary(code, e.what(), agreed);
+      } else {
+        RunSummary s;
+        s.status = RunStatus::kFailed;
+        s.exit_code = code;
+        s.error = e.what();
+        s.extra["phase"] = "startup";
+        store::write_summary_at(opt.run_dir, comm, s, !agreed);
+      }
     } catch (const std::exception& w) {
       spdlog::error("pretrain: summary.json of the failed run not written: {}", w.what());
     }
+  };
+  std::unique_ptr<Trainer> trainer;
+  try {
+    auto guard = dog.long_phase("startup", cfg.watchdog.startup_timeout_s);
+    trainer = std::make_unique<Trainer>(comm, cfg, opt);
+  } catch (const std::exception& e) {
+    failed(e, nullptr);
+    throw;
+  }
+  try {
+    return trainer->run(dog);
+  } catch (const std::exception& e) {
+    dog.stop();  // its last words use the trainer, which unwinding destroys before the watchdog
+    failed(e, trainer.get());
     throw;
   }
 }
