@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Writes tests/golden/tiny_step.h5: one ALBEF training step and ten AdamW steps of the PyTorch twin
-(tests/bench/pytorch_albef.py) on a fixed batch, for tests/golden/test_golden.cpp to replay
-through fnvlp's own model, losses and optimizer (llm.c's test_gpt2 scheme).
+"""Writes tiny_step.h5 (ctest golden.make: into the build directory): one ALBEF training step and
+ten AdamW steps of the PyTorch twin (tests/bench/pytorch_albef.py) on a fixed batch, for
+tests/golden/test_golden.cpp to replay through fnvlp's own model, losses and optimizer (llm.c's
+test_gpt2 scheme).
 
 Run with Debian's python3 (python3-torch 1.13, python3-h5py) from the repository root:
     /usr/bin/python3 tests/golden/make_golden.py [--config tests/golden/golden.yaml]
-        [--out tests/golden/tiny_step.h5]
+        [--out build/tests/golden/tiny_step.h5]
 The result depends only on the config and the seed (one thread, fixed draws); README.md says when
 to regenerate.
 

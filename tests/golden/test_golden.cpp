@@ -1,4 +1,4 @@
-// Golden step test (tests/golden/README.md, llm.c's test_gpt2 scheme): tests/golden/tiny_step.h5
+// Golden step test (tests/golden/README.md, llm.c's test_gpt2 scheme): tiny_step.h5
 // holds the PyTorch twin's (tests/bench/pytorch_albef.py) initial weights, a fixed batch with its
 // MLM masks and ITM negatives, the step-0 losses, logits checksums and every parameter gradient,
 // and the losses of ten AdamW steps. This test loads the weights into fnvlp::model::Albef by name
@@ -49,10 +49,10 @@ torch::Device golden_device() {
                                            : torch::Device(torch::kCPU);
 }
 
-// FNVLP_GOLDEN_FILE overrides the checked-in file (a candidate from make_golden.py --out).
+// FNVLP_GOLDEN_FILE overrides the file ctest's golden.make writes into the build directory.
 std::string golden_path() {
   const char* env = std::getenv("FNVLP_GOLDEN_FILE");
-  return env && *env ? env : FNVLP_SOURCE_DIR "/tests/golden/tiny_step.h5";
+  return env && *env ? env : FNVLP_BINARY_DIR "/tests/golden/tiny_step.h5";
 }
 
 hid_t memory_type(torch::ScalarType type, const std::string& ctx) {

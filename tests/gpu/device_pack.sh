@@ -2,7 +2,8 @@
 # Packs into DIR (default <repo>/.device, git-ignored; the device tool carries it) what a lent GPU
 # machine without Debian packages needs to run the gpu checks and the GPU benchmark against its
 # own PyTorch 2.11 (the version env/install-gpu.sh pins, so the GPU build's programs link there):
-# the GPU build's programs, the vocabulary and env/device-prefix.sh's runtime prefix.
+# the GPU build's programs, the golden step's reference, the vocabulary and env/device-prefix.sh's
+# runtime prefix.
 # Usage: tests/gpu/device_pack.sh [BUILD_DIR (build-gpu)] [DIR]   Then: tests/gpu/device_run.sh DIR
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -17,6 +18,10 @@ for p in "${progs[@]}"; do
   cp "$p" "$dir/build/$rel"
   strip --strip-debug "$dir/build/$rel"
 done
+# The golden step's reference (the device has no python3-torch 1.13 to make it).
+[ -s "$build/tests/golden/tiny_step.h5" ] ||
+  /usr/bin/python3 "$root/tests/golden/make_golden.py" --out "$build/tests/golden/tiny_step.h5"
+cp "$build/tests/golden/tiny_step.h5" "$dir/build/tests/golden/"
 cp "${FNVLP_SHARED_DIR:-$root/../shared}/data/vocab/bert-base-uncased-vocab.txt" "$dir/vocab.txt"
 [ -s "$dir/prefix.tar.xz" ] || bash "$root/env/device-prefix.sh" "$dir" "${progs[@]}"
 du -sh "$dir"

@@ -49,7 +49,8 @@ for part in "$@"; do
     ;;
   nccl) check nccl_np1 mpirun --oversubscribe -np 1 "$bin/tests/mpi/fnvlp_nccl_tests" ;;
   checks)
-    check golden_step env FNVLP_GOLDEN_DEVICE=cuda "$bin/tests/golden/fnvlp_golden_tests"
+    check golden_step env FNVLP_GOLDEN_DEVICE=cuda FNVLP_GOLDEN_FILE="$bin/tests/golden/tiny_step.h5" \
+      "$bin/tests/golden/fnvlp_golden_tests"
     check nccl_np1 mpirun --oversubscribe -np 1 "$bin/tests/mpi/fnvlp_nccl_tests"
     for c in equivalence bf16 kill_resume shared_gpu no_cuda; do
       check "gpu_$c" bash "$root/tests/gpu/gpu_pretrain.sh" "$c" "$bin" "$dir/vocab.txt" "$root"
