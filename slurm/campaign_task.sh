@@ -28,8 +28,8 @@ fnvlp_pretrain
 
 # Claim (b) of issue 31: GloFND's learned lambda against the exact per-anchor (1-alpha)-quantile
 # and FNC's in-batch threshold (simulated at the training global batch) on the run's last export.
-emb=$(find "$FNVLP_RUN/embeddings" -maxdepth 1 -name 'epoch-*.h5' 2>/dev/null | sort | tail -1)
-if [ -n "$emb" ] && [ ! -s "$task/stats.json" ] && h5ls "$emb" 2>/dev/null | grep -q glofnd_lambda_image &&
+emb=$(fnvlp_newest_embeddings "$FNVLP_RUN")
+if [ -n "$emb" ] && [ ! -s "$task/stats.json" ] && fnvlp_has_lambda "$emb" &&
   fnvlp_have_or_skip fnvlp-simstat; then
   alpha=$(/usr/bin/python3 -c 'import json,sys
 a=[o.split("=",1)[1] for o in json.load(open(sys.argv[1]))["overrides"] if o.startswith("negatives.alpha=")]

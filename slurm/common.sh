@@ -253,6 +253,14 @@ fnvlp_bin() {
   echo "$p"
 }
 
+# The newest RUN/embeddings/epoch-EEE.h5 of a run directory ("" when there is none).
+fnvlp_newest_embeddings() {
+  { find "$1/embeddings" -maxdepth 1 -name 'epoch-*.h5' 2>/dev/null || true; } | sort | tail -1
+}
+
+# Whether an embeddings export carries GloFND's lambda (the run trained with GloFND).
+fnvlp_has_lambda() { h5ls "$1" 2>/dev/null | grep -q glofnd_lambda_image; }
+
 # True (0) when the tool is built; 1 when it is missing but allowed (FNVLP_SKIP_MISSING, which
 # logs SKIPPED); dies otherwise.
 fnvlp_have_or_skip() {

@@ -106,7 +106,7 @@ stage_shard() {
 
 newest_embeddings() {
   local f
-  f=$(find "$FNVLP_RUN/embeddings" -maxdepth 1 -name 'epoch-*.h5' 2>/dev/null | sort | tail -1)
+  f=$(fnvlp_newest_embeddings "$FNVLP_RUN")
   [ -n "$f" ] || fnvlp_die "no embeddings in $FNVLP_RUN/embeddings (did pretraining finish?)"
   echo "$f"
 }
@@ -117,7 +117,7 @@ stage_simstat() {
   local -a lam=()
   emb=$(newest_embeddings)
   # GloFND's learned thresholds are compared with the exact ones when the run exported them.
-  if h5ls "$emb" 2>/dev/null | grep -q glofnd_lambda_image; then lam=(--lambda-from "$FNVLP_RUN"); fi
+  if fnvlp_has_lambda "$emb"; then lam=(--lambda-from "$FNVLP_RUN"); fi
   mkdir -p "$FNVLP_RUN/analysis"
   fnvlp_run_ranks "$FNVLP_ANALYSIS_RANKS" "$(fnvlp_bin fnvlp-simstat)" --embeddings "$emb" \
     --out "$FNVLP_RUN/analysis/simstat.h5" --alpha "$FNVLP_FN_ALPHA" "${lam[@]}" \
