@@ -9,6 +9,7 @@
 #   grit / falcon samplers (sampler.kind) log their hardness quantiles and the in-batch
 #           false-negative rate; FALCON's policy replicas stay equal across ranks and its reward
 #           compares the MLM losses under the same dropout masks;
+#   grit    also on the training steps' cached embeddings (sampler.embeddings=cached), resumed;
 #   glofnd  negatives.start_epoch holds λ and the filter back until that epoch; exact_init restarts
 #           λ from the exact quantiles of the previous epoch's export.
 set -euo pipefail
@@ -150,6 +151,46 @@ def rate(run):
 u, g = rate(sys.argv[1]), rate(sys.argv[2])
 assert g > 1.3 * u, f"GRIT q=1 same-label rate {g:.3f} not above uniform's {u:.3f}"
 print(f"ok   in-batch same-label rate, epoch 1: GRIT q=1 {g:.3f} > uniform {u:.3f}")
+PY
+# sampler.embeddings=cached (issue 27): GRIT groups epoch 1 by the embeddings the training steps
+# of epoch 0 computed, with no export pass; RUN/embeddings/cached-000.h5 holds what it grouped by.
+# Three epochs: a run stopped in epoch 1 groups epoch 2 by the cache it restored.
+cached=("${grouped[@]}" --set sampler.kind=grit --set sampler.grit.q=1 --set sampler.embeddings=cached
+        --set train.export_embeddings=false --set train.log_every=1 --set train.epochs=3)
+run grit_cached "${cached[@]}"
+check grit_cached 'all(r["q_mean"] == 1 for r in m if r["epoch"] >= 1) and not any("q_mean" in r for r in m if r["epoch"] == 0)' \
+  "GRIT on cached embeddings: epoch 0 uniform, then picks at q = 1 in epochs 1 and 2"
+grep -q "epoch 1 grouped by the training passes' embeddings ([0-9]* of [0-9]* pairs never in a step" \
+  "$work/grit_cached/logs/rank-0.log" || fail "no log line of the cached embeddings"
+"$py" - "$work/grit_cached" <<'PY'
+import glob, sys, h5py, numpy as np
+run = sys.argv[1]
+assert not glob.glob(run + "/embeddings/epoch-*.h5"), "an export pass ran"
+with h5py.File(run + "/embeddings/cached-000.h5") as h:
+    n = len(h["pair_id"])
+    assert n > 0 and (h["pair_id"][:] == np.arange(n)).all(), "cached rows are not every pair in order"
+    for side in ("image_emb", "text_emb"):
+        x = h[side][:]
+        assert np.abs(np.linalg.norm(x, axis=1) - 1).max() < 1e-4, f"{side}: rows not unit embeddings"
+        assert len(np.unique(x.round(5), axis=0)) > 0.9 * n, f"{side}: rows repeat"
+print(f"ok   cached embeddings: {n} pairs, unit norm, no export pass")
+PY
+echo "== grit on cached embeddings stopped mid grouped epoch, resumed: same losses"
+set +e
+run grit_cached_r "${cached[@]}" --set fault.stop_step=22
+rc=$?
+set -e
+[ "$rc" -eq 3 ] || fail "stopped grit_cached run exited $rc, expected 3"
+"${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/grit_cached_r" "${cached[@]}" \
+  --resume auto
+"$py" - "$work/grit_cached" "$work/grit_cached_r" <<'PY'
+import json, sys
+def losses(run):
+    return {r["step"]: (r["itc"], r["itm"], r["mlm"], r["batch_fn_rate_label"])
+            for r in map(json.loads, open(run + "/metrics.jsonl")) if "itc" in r}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert a == b, "resumed cached GRIT run differs: " + str([(s, a[s], b.get(s)) for s in a if a[s] != b.get(s)][:3])
+print(f"ok   cached GRIT resumed mid-epoch reproduces all {len(a)} logged windows bitwise")
 PY
 run softening "${grouped[@]}" --set sampler.kind=grit --set sampler.grit.schedule=softening --set train.epochs=3
 check softening '[round(r["q_mean"], 6) for r in m if r["epoch"] == 1][0] == 1 and [r["q_mean"] for r in m if r["epoch"] == 2][-1] == 0' \

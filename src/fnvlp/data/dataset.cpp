@@ -207,6 +207,18 @@ const SpecialTokens& PairDataset::special_tokens() const {
   return special_;
 }
 
+void PairDataset::ids(const std::vector<int64_t>& pair_ids, std::vector<int64_t>* image_id,
+                      std::vector<int32_t>* label) const {
+  image_id->resize(pair_ids.size());
+  label->resize(pair_ids.size());
+  for (size_t i = 0; i < pair_ids.size(); ++i) {
+    const auto [shard, row] = locate(pair_ids[i]);
+    const Shard& sh = columns(shard);
+    (*image_id)[i] = sh.image_id[static_cast<size_t>(row)];
+    (*label)[i] = sh.label[static_cast<size_t>(row)];
+  }
+}
+
 Batch PairDataset::read(const std::vector<int64_t>& pair_ids) const {
   const auto b = static_cast<int64_t>(pair_ids.size());
   const int64_t S = manifest_.image_size, L = manifest_.max_len;

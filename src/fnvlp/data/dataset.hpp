@@ -73,6 +73,9 @@ class PairDataset {
 
   // Reads the pairs in the given order (duplicates allowed).
   Batch read(const std::vector<int64_t>& pair_ids) const;
+  // image_id and label of the pairs, in the given order (no image is read).
+  void ids(const std::vector<int64_t>& pair_ids, std::vector<int64_t>* image_id,
+           std::vector<int32_t>* label) const;
 
  private:
   struct Shard;

@@ -10,17 +10,19 @@ namespace fnvlp::data {
 
 inline constexpr int64_t kEmbeddingsSchemaVersion = 1;
 
+// Rows [first, first + size()) of an export: every pair (first = 0), or one rank's block.
 struct Embeddings {
   int64_t epoch = 0;
   int64_t step = 0;
   int64_t dim = 0;
+  int64_t first = 0;
   std::vector<float> image_emb;  // N * dim
   std::vector<float> text_emb;   // N * dim
   std::vector<int64_t> pair_id;
   std::vector<int64_t> image_id;
   std::vector<int32_t> label;
-  std::vector<float> glofnd_lambda_image;  // empty, or N
-  std::vector<float> glofnd_lambda_text;   // empty, or N
+  std::vector<float> glofnd_lambda_image;  // empty, or size()
+  std::vector<float> glofnd_lambda_text;   // empty, or size()
   int64_t size() const { return static_cast<int64_t>(pair_id.size()); }
 };
 
@@ -61,5 +63,17 @@ class EmbeddingsFile {
 void write_embeddings(const std::string& path, const Embeddings& e);
 // Reads and validates (schema, shapes, pair_id order).
 Embeddings read_embeddings(const std::string& path);
+
+// An export written by several writers, each its own rows, one after another: create() makes
+// the file with every dataset of `total` rows and its chunks allocated; write_rows() fills rows
+// [e.first, e.first + e.size()) (pair_id first..); the bytes equal write_embeddings' of the
+// concatenation, whatever the split.
+void create_embeddings(const std::string& path, int64_t total, int64_t dim, bool lambdas,
+                       int64_t epoch, int64_t step);
+void write_embedding_rows(const std::string& path, const Embeddings& e);
+// Rows [first, first + n) of every column (O(n) memory), validated as read_embeddings does;
+// `total` (if given) gets the file's row count.
+Embeddings read_embedding_rows(const std::string& path, int64_t first, int64_t n,
+                               int64_t* total = nullptr);
 
 }  // namespace fnvlp::data

@@ -160,6 +160,14 @@ Handle create_dataset(hid_t loc, const std::string& name, hid_t type, const Data
   Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), ctx), H5Pclose);
   H5_CHECK(H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()), ctx);
   if (spec.fletcher32) H5_CHECK(H5Pset_fletcher32(dcpl), ctx);
+  if (spec.early_alloc) {
+    // Chunks no writer fills read back as zeros (not whatever the file space held).
+    const unsigned char zero[16] = {};
+    FNVLP_CHECK(H5Tget_size(type) <= sizeof(zero), ctx << ": fill value wider than 16 bytes");
+    H5_CHECK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), ctx);
+    H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_ALLOC), ctx);
+    H5_CHECK(H5Pset_fill_value(dcpl, type, zero), ctx);
+  }
   H5_CHECK(H5Pset_obj_track_times(dcpl, false), ctx);
   return Handle(H5_CHECK(H5Dcreate2(loc, name.c_str(), type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
                          ctx << ": create"),

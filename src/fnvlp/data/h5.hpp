@@ -90,6 +90,9 @@ struct DatasetSpec {
   std::vector<hsize_t> chunk;  // required: every fnvlp dataset is chunked
   bool extendible = false;     // unlimited first dimension (append_rows)
   bool fletcher32 = true;
+  // Every chunk allocated and zero-filled at creation, in order: the file's layout does not depend
+  // on the order its rows are written in (several writers give the bytes of one).
+  bool early_alloc = false;
 };
 Handle create_dataset(hid_t loc, const std::string& name, hid_t type, const DatasetSpec& spec,
                       const std::string& file);

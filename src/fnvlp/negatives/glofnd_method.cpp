@@ -149,10 +149,15 @@ void GlofndMethod::load(const std::string& dir, int) {
   }
 }
 
-// Blocks are contiguous and in rank order: the gather is in pair_id order.
+// The rank's block of the export: its own λ rows, no gather.
 void GlofndMethod::export_embeddings(data::Embeddings& e) {
-  e.glofnd_lambda_image = env_.comm.allgatherv(state_.image.lambdas());
-  e.glofnd_lambda_text = env_.comm.allgatherv(state_.text.lambdas());
+  const data::PairRange block = env_.block();
+  FNVLP_CHECK(e.first == block.begin && e.size() == block.size(),
+              "GloFND exports the thresholds of pairs " << block.begin << ".." << block.end
+                                                        << ", the export holds " << e.first << ".."
+                                                        << e.first + e.size());
+  e.glofnd_lambda_image = state_.image.lambdas();
+  e.glofnd_lambda_text = state_.text.lambdas();
 }
 
 }  // namespace fnvlp::negatives

@@ -17,7 +17,7 @@
 //   epoch_exported    between epochs, the training set's export (GloFND's exact initialisation)
 //   telemetry         named metrics of a logging window (collective)
 //   save / load       checkpoint state (per global pair_id or per rank)
-//   export_embeddings what the method adds to embeddings/epoch-EEE.h5 (collective)
+//   export_embeddings what the method adds to its rank's rows of embeddings/epoch-EEE.h5
 //
 // A method sees the step through StepContext and the run through MethodEnv; nothing else of the
 // trainer. Every hook is optional.
@@ -137,7 +137,7 @@ class Method {
   // Checkpoint bytes this method adds (for the free-space check before the first step).
   virtual uint64_t state_bytes() const { return 0; }
 
-  // Collective: adds per-pair columns to an export of every pair (pair_id order).
+  // Adds per-pair columns to this rank's block of an export (rows e.first.., pair_id order).
   virtual void export_embeddings(data::Embeddings& e) {}
 };
 

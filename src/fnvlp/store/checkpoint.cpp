@@ -638,6 +638,23 @@ json load_json(const std::string& dir, const std::string& name) {
 
 // --- per-pair state -----------------------------------------------------------------------------
 
+namespace {
+
+// Rows of a per-pair file moved per HDF5 call: bounds the buffers whatever the block size.
+hsize_t piece_rows(int64_t cols) {
+  return std::max<hsize_t>(1, (hsize_t{1} << 20) / static_cast<hsize_t>(cols));
+}
+
+// Positions of `ids` in increasing id order.
+std::vector<size_t> id_order(const std::vector<int64_t>& ids) {
+  std::vector<size_t> order(ids.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });
+  return order;
+}
+
+}  // namespace
+
 void save_per_pair(const std::string& dir, const std::string& name, const Comm& comm,
                    const std::vector<int64_t>& pair_ids, const std::vector<float>& values,
                    int64_t cols, int64_t num_pairs_total) {
@@ -646,6 +663,7 @@ void save_per_pair(const std::string& dir, const std::string& name, const Comm& 
   const std::vector<int64_t> mine = {cols, num_pairs_total, -cols, -num_pairs_total};
   std::vector<int64_t> agreed = mine;
   comm.allreduce_max(agreed);
+  std::vector<size_t> order;
   comm.collective([&] {
     FNVLP_CHECK(agreed[0] == cols && -agreed[2] == cols && agreed[1] == num_pairs_total &&
                     -agreed[3] == num_pairs_total,
@@ -658,96 +676,118 @@ void save_per_pair(const std::string& dir, const std::string& name, const Comm& 
     for (int64_t id : pair_ids)
       FNVLP_CHECK(id >= 0 && id < num_pairs_total,
                   path << ": pair_id " << id << " outside [0, " << num_pairs_total << ")");
+    order = id_order(pair_ids);
+    for (size_t k = 1; k < order.size(); ++k)
+      FNVLP_CHECK(pair_ids[order[k]] != pair_ids[order[k - 1]],
+                  path << ": pair_id " << pair_ids[order[k]] << " supplied by more than one row");
   });
-  // Gather to rank 0: an alltoallv whose only non-empty destination is rank 0.
-  std::vector<int> id_counts(static_cast<size_t>(comm.size()), 0), value_counts = id_counts;
-  id_counts[0] = static_cast<int>(pair_ids.size());
-  value_counts[0] = static_cast<int>(values.size());
-  const std::vector<int64_t> all_ids = comm.alltoallv(pair_ids, id_counts);
-  const std::vector<float> all_values = comm.alltoallv(values, value_counts);
-
+  const auto n = static_cast<hsize_t>(num_pairs_total), c = static_cast<hsize_t>(cols);
+  // Rank 0 creates the file with every chunk allocated and zero (valid 0: no rank's row yet).
   comm.collective([&] {
     if (!comm.is_root()) return;
-    const auto n = static_cast<size_t>(num_pairs_total), c = static_cast<size_t>(cols);
-    std::vector<float> table(n * c, 0.0f);
-    std::vector<uint8_t> valid(n, 0);
-    for (size_t k = 0; k < all_ids.size(); ++k) {
-      const auto id = static_cast<size_t>(all_ids[k]);
-      FNVLP_CHECK(!valid[id], path << ": pair_id " << id << " supplied by more than one row");
-      valid[id] = 1;
-      std::copy_n(all_values.begin() + static_cast<std::ptrdiff_t>(k * c), c,
-                  table.begin() + static_cast<std::ptrdiff_t>(id * c));
-    }
     // HDF5 is not thread-safe here: the data prefetch thread may be reading shards.
     std::lock_guard<std::mutex> lock(h5::global_mutex());
     h5::Handle file = h5::create_file(path);
     h5::write_attr_int(file, "fnvlp_schema", 1);
     h5::write_attr_int(file, "num_pairs", num_pairs_total);
     h5::write_attr_int(file, "cols", cols);
-    const hsize_t chunk_rows =
-        std::max<hsize_t>(1, std::min<hsize_t>(n, std::max<hsize_t>(1, 65536 / c)));
-    h5::write_dataset<float>(file, "values", table, {n, c}, {chunk_rows, c}, path);
-    h5::write_dataset<uint8_t>(file, "valid", valid, {n},
-                               {std::max<hsize_t>(1, std::min<hsize_t>(n, 65536))}, path);
+    const hsize_t chunk_rows = std::max<hsize_t>(1, std::min<hsize_t>(n, 65536 / c));
+    h5::DatasetSpec vspec{{n, c}, {chunk_rows, c}};
+    vspec.early_alloc = true;
+    h5::create_dataset(file, "values", H5T_NATIVE_FLOAT, vspec, path).close(path + ":/values");
+    h5::DatasetSpec mspec{{n}, {std::max<hsize_t>(1, std::min<hsize_t>(n, 65536))}};
+    mspec.early_alloc = true;
+    h5::create_dataset(file, "valid", H5T_NATIVE_UINT8, mspec, path).close(path + ":/valid");
     file.close(path);
   });
+  // Then each rank writes its runs of consecutive pair_ids, one rank after another (a rank's
+  // block is one run): no rank holds more than its own rows.
+  for (int r = 0; r < comm.size(); ++r)
+    comm.collective([&] {
+      if (comm.rank() != r || order.empty()) return;
+      std::lock_guard<std::mutex> lock(h5::global_mutex());
+      h5::Handle file = h5::open_file(path, true);
+      h5::Handle vals = h5::open_dataset(file, "values", path);
+      h5::Handle valid = h5::open_dataset(file, "valid", path);
+      const hsize_t piece = piece_rows(cols);
+      std::vector<float> buf;
+      std::vector<uint8_t> seen;
+      for (size_t k = 0; k < order.size();) {
+        const int64_t first = pair_ids[order[k]];
+        size_t end = k + 1;
+        while (end < order.size() && end - k < piece &&
+               pair_ids[order[end]] == first + static_cast<int64_t>(end - k))
+          ++end;
+        const hsize_t rows = end - k;
+        seen.resize(rows);
+        h5::read_rows(valid, H5T_NATIVE_UINT8, seen.data(), first, rows, path + ":/valid");
+        for (hsize_t i = 0; i < rows; ++i)
+          FNVLP_CHECK(!seen[i], path << ": pair_id " << first + static_cast<int64_t>(i)
+                                     << " supplied by more than one row");
+        buf.resize(rows * c);
+        for (hsize_t i = 0; i < rows; ++i)
+          std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(order[k + i] * c), c,
+                      buf.begin() + static_cast<std::ptrdiff_t>(i * c));
+        h5::write_rows(vals, H5T_NATIVE_FLOAT, buf.data(), first, rows, false, path + ":/values");
+        std::fill(seen.begin(), seen.end(), uint8_t{1});
+        h5::write_rows(valid, H5T_NATIVE_UINT8, seen.data(), first, rows, false, path + ":/valid");
+        k = end;
+      }
+      vals.close(path + ":/values");
+      valid.close(path + ":/valid");
+      file.close(path);
+    });
 }
 
 PerPairRows load_per_pair(const std::string& dir, const std::string& name, const Comm& comm,
                           const std::vector<int64_t>& pair_ids) {
   const std::string path = join_path(dir, name + ".h5");
-  std::vector<float> table;
-  std::vector<uint8_t> valid;
-  std::vector<int64_t> shape = {0, 0};  // num_pairs, cols
+  PerPairRows out;
+  // Every rank reads its own rows, a piece of the span between its smallest and largest pair_id
+  // at a time, skipping the gaps: no rank holds more than its rows and one piece.
   comm.collective([&] {
-    if (!comm.is_root()) return;
     std::lock_guard<std::mutex> lock(h5::global_mutex());
     h5::Handle file = h5::open_file(path);
-    shape[0] = h5::read_attr_int(file, "num_pairs", path);
-    shape[1] = h5::read_attr_int(file, "cols", path);
-    std::vector<hsize_t> vshape, mshape;
-    table = h5::read_dataset<float>(file, "values", path, &vshape);
-    valid = h5::read_dataset<uint8_t>(file, "valid", path, &mshape);
-    FNVLP_CHECK(vshape.size() == 2 && static_cast<int64_t>(vshape[0]) == shape[0] &&
-                    static_cast<int64_t>(vshape[1]) == shape[1] && mshape.size() == 1 &&
-                    static_cast<int64_t>(mshape[0]) == shape[0],
+    const int64_t n = h5::read_attr_int(file, "num_pairs", path);
+    const int64_t cols = h5::read_attr_int(file, "cols", path);
+    h5::Handle vals = h5::open_dataset(file, "values", path);
+    h5::Handle valid = h5::open_dataset(file, "valid", path);
+    const std::vector<hsize_t> vshape = h5::dims(vals, path + ":/values");
+    const std::vector<hsize_t> mshape = h5::dims(valid, path + ":/valid");
+    FNVLP_CHECK(n >= 0 && cols >= 1 && vshape.size() == 2 && static_cast<int64_t>(vshape[0]) == n &&
+                    static_cast<int64_t>(vshape[1]) == cols && mshape.size() == 1 &&
+                    static_cast<int64_t>(mshape[0]) == n,
                 path << ": dataset shapes do not match num_pairs/cols");
-  });
-  comm.bcast(shape.data(), shape.size());
-  const int64_t n = shape[0], cols = shape[1];
-  comm.collective([&] {
     for (int64_t id : pair_ids)
       FNVLP_CHECK(id >= 0 && id < n,
                   path << ": asked for pair_id " << id << " outside [0, " << n << ")");
+    out.cols = cols;
+    out.num_pairs_total = n;
+    const auto c = static_cast<size_t>(cols);
+    out.values.assign(pair_ids.size() * c, 0.0f);
+    out.valid.assign(pair_ids.size(), 0);
+    const std::vector<size_t> order = id_order(pair_ids);
+    const auto piece = static_cast<int64_t>(piece_rows(cols));
+    std::vector<float> buf;
+    std::vector<uint8_t> seen;
+    for (size_t k = 0; k < order.size();) {
+      const int64_t first = pair_ids[order[k]];
+      const int64_t end = std::min(n, first + piece);
+      const auto rows = static_cast<size_t>(end - first);
+      buf.resize(rows * c);
+      seen.resize(rows);
+      h5::read_rows(vals, H5T_NATIVE_FLOAT, buf.data(), static_cast<hsize_t>(first), rows,
+                    path + ":/values");
+      h5::read_rows(valid, H5T_NATIVE_UINT8, seen.data(), static_cast<hsize_t>(first), rows,
+                    path + ":/valid");
+      for (; k < order.size() && pair_ids[order[k]] < end; ++k) {
+        const auto row = static_cast<size_t>(pair_ids[order[k]] - first);
+        std::copy_n(buf.begin() + static_cast<std::ptrdiff_t>(row * c), c,
+                    out.values.begin() + static_cast<std::ptrdiff_t>(order[k] * c));
+        out.valid[order[k]] = seen[row];
+      }
+    }
   });
-
-  // Requests go to rank 0; it answers each rank with its rows, in the order asked.
-  std::vector<int> counts(static_cast<size_t>(comm.size()), 0);
-  counts[0] = static_cast<int>(pair_ids.size());
-  std::vector<int> asked;
-  const std::vector<int64_t> requests = comm.alltoallv(pair_ids, counts, &asked);
-  std::vector<float> reply_values;
-  std::vector<uint8_t> reply_valid;
-  std::vector<int> value_counts(static_cast<size_t>(comm.size()), 0), valid_counts = value_counts;
-  if (comm.is_root()) {
-    reply_values.reserve(requests.size() * static_cast<size_t>(cols));
-    reply_valid.reserve(requests.size());
-    for (int64_t id : requests) {
-      const auto row = table.begin() + static_cast<std::ptrdiff_t>(id * cols);
-      reply_values.insert(reply_values.end(), row, row + cols);
-      reply_valid.push_back(valid[static_cast<size_t>(id)]);
-    }
-    for (size_t r = 0; r < asked.size(); ++r) {
-      valid_counts[r] = asked[r];
-      value_counts[r] = static_cast<int>(asked[r] * cols);
-    }
-  }
-  PerPairRows out;
-  out.cols = cols;
-  out.num_pairs_total = n;
-  out.values = comm.alltoallv(reply_values, value_counts);
-  out.valid = comm.alltoallv(reply_valid, valid_counts);
-  FNVLP_CHECK(out.valid.size() == pair_ids.size(), path << ": reply size mismatch");
   return out;
 }
 

@@ -182,11 +182,11 @@ void save_json(const std::string& dir, const std::string& name, const nlohmann::
 nlohmann::json load_json(const std::string& dir, const std::string& name);
 
 // Per-sample state keyed by GLOBAL pair_id, collective. Each rank passes the rows it owns
-// (`values` is row-major, `cols` floats per pair_id); rows are gathered to rank 0 (an Alltoallv
-// whose only destination is rank 0) and written to one HDF5 file NAME.h5: `values` float32
+// (`values` is row-major, `cols` floats per pair_id) into one HDF5 file NAME.h5: `values` float32
 // [num_pairs_total, cols] and `valid` uint8 [num_pairs_total] (1 where some rank supplied the
-// row). A pair_id supplied twice or outside [0, num_pairs_total) is an error. Rank 0 holds
-// num_pairs_total x cols floats while writing; the gathered total must stay below 2^31 elements.
+// row). Rank 0 creates the file, then each rank writes its own rows in turn: no rank holds more
+// than its rows (O(N/R) for a block). A pair_id supplied twice or outside [0, num_pairs_total)
+// is an error.
 void save_per_pair(const std::string& dir, const std::string& name, const Comm& comm,
                    const std::vector<int64_t>& pair_ids, const std::vector<float>& values,
                    int64_t cols, int64_t num_pairs_total);
@@ -197,8 +197,9 @@ struct PerPairRows {
   std::vector<float> values;   // [pair_ids.size(), cols], in the order asked
   std::vector<uint8_t> valid;  // [pair_ids.size()]; 0: no rank saved this pair (values are 0)
 };
-// Collective: every rank asks for any pair_ids (its new block, in any order); rank 0 reads the file
-// once and sends each rank its rows, so a resume with a different ownership (rank count) works.
+// Collective: every rank asks for any pair_ids (its new block, in any order) and reads them from
+// the file itself, so a resume with a different ownership (rank count) works and no rank holds
+// more than its rows and one bounded piece of the file.
 PerPairRows load_per_pair(const std::string& dir, const std::string& name, const Comm& comm,
                           const std::vector<int64_t>& pair_ids);
 

@@ -149,6 +149,12 @@ std::string RunDir::embeddings_path(int64_t epoch) const {
   return embeddings_dir() + "/" + name;
 }
 
+std::string RunDir::cached_embeddings_path(int64_t epoch) const {
+  char name[32];
+  std::snprintf(name, sizeof(name), "cached-%03lld.h5", static_cast<long long>(epoch));
+  return embeddings_dir() + "/" + name;
+}
+
 std::string newest_epoch_embeddings(const std::string& run_dir) {
   const fs::path dir = fs::path(run_dir) / "embeddings";
   std::string newest;

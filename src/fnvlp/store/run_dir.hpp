@@ -103,6 +103,9 @@ class RunDir {
   std::string summary_path() const { return path_ + "/summary.json"; }
   // RUN/embeddings/epoch-EEE.h5
   std::string embeddings_path(int64_t epoch) const;
+  // RUN/embeddings/cached-EEE.h5: what the grouped samplers composed epoch EEE + 1 from under
+  // sampler.embeddings=cached (the training passes' embeddings; the resume reads them back).
+  std::string cached_embeddings_path(int64_t epoch) const;
 
   // Collective: rank 0 writes the resolved config text atomically.
   void write_config(const std::string& resolved_yaml) const;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "fnvlp/comm/comm.hpp"
 #include "fnvlp/data/augment.hpp"
@@ -15,8 +16,14 @@
 
 namespace fnvlp::train {
 
-// Collective: each rank encodes its block of `ds` in batches of `batch`; every rank receives all
-// rows in pair_id order (blocks are contiguous and in rank order). The model is left in train mode.
+// This rank's embeddings of `pair_ids` (eval mode, no augmentation, no communication), in batches
+// of `batch`, in the order given; `first` is pair_ids[0]. The model is left in train mode.
+data::Embeddings embed_pairs(model::Albef& model, const data::Augmenter& augment,
+                             const data::PairDataset& ds, const std::vector<int64_t>& pair_ids,
+                             int64_t batch);
+
+// Collective: each rank encodes its block of `ds` (BlockPartition) in batches of `batch` and gets
+// those rows (O(N/R) memory). The model is left in train mode.
 data::Embeddings embed_dataset(const Comm& comm, model::Albef& model,
                                const data::Augmenter& augment, const data::PairDataset& ds,
                                int64_t batch, int64_t epoch, int64_t step);
@@ -28,8 +35,16 @@ nlohmann::json zero_shot_validation(const Comm& comm, model::Albef& model,
                                     int64_t batch, int64_t epoch, int64_t step,
                                     const std::string& path);
 
-// This rank's block rows [block, E] of an export of every pair (copies).
-std::pair<torch::Tensor, torch::Tensor> block_rows(const data::Embeddings& e,
-                                                   const data::PairRange& block);
+// Collective: every rank's block, in rank order (blocks are contiguous: pair_id order). For small
+// sets only (held-out pairs): it is O(N x D) on every rank.
+data::Embeddings gather_embeddings(const Comm& comm, const data::Embeddings& block);
+
+// Collective: each rank's block of an export of `total` pairs into one file at `path` (written
+// under path.tmp, renamed when complete). Same bytes as data::write_embeddings of the whole.
+void write_embeddings_collective(const Comm& comm, const std::string& path,
+                                 const data::Embeddings& block, int64_t total);
+
+// The rows of `e` as [rows, D] image and text tensors (copies).
+std::pair<torch::Tensor, torch::Tensor> embedding_tensors(const data::Embeddings& e);
 
 }  // namespace fnvlp::train

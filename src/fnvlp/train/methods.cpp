@@ -35,13 +35,16 @@ void validate_methods(const PretrainConfig& cfg) {
                        "(see validate_methods in train/methods.cpp); use "
                        "loss.soft_targets=pseudo or none with them");
   }
-  if (cfg.sampler.kind != SamplerKind::kUniform)
+  if (cfg.sampler.kind != SamplerKind::kUniform &&
+      cfg.sampler.embeddings == SamplerEmbeddings::kRefresh)
     // Grouped epochs read the previous epoch's embeddings; a resumed run reads them back from
     // embeddings/epoch-EEE.h5, so they must be exported.
     FNVLP_CHECK(cfg.train.export_embeddings,
                 "sampler.kind=" << config::enum_to_name(cfg.sampler.kind)
-                                << " needs train.export_embeddings=true (grouped epochs use the "
-                                   "previous epoch's embeddings, and a resume reads them back)");
+                                << " with sampler.embeddings=refresh needs "
+                                   "train.export_embeddings=true (grouped epochs use the previous "
+                                   "epoch's export, and a resume reads it back); "
+                                   "sampler.embeddings=cached needs no export");
   if (cfg.negatives.method == NegativesKind::kGlofnd && cfg.negatives.glofnd.exact_init)
     FNVLP_CHECK(cfg.train.export_embeddings,
                 "negatives.glofnd.exact_init needs train.export_embeddings=true (the exact "

@@ -76,10 +76,16 @@ struct NegativesConfig {
 // Mini-batch construction (negatives/grit_method.hpp, falcon_method.hpp): uniform (ALBEF),
 // GRIT-style grouping at a fixed or scheduled hardness quantile q, or FALCON's learned per-anchor
 // q. Epoch 0 is always uniform (the warm start of falcon.txt App. C.2).
+// What the grouped samplers compose epoch e from: refresh = a forward pass over the rank's block at
+// the end of epoch e - 1 (the epoch export's); cached = the embeddings each pair got in its last
+// training forward pass (falcon.txt: no extra forward passes; train/epoch_cache.hpp).
+FNVLP_CONFIG_ENUM(SamplerEmbeddings, (kRefresh, "refresh"), (kCached, "cached"))
+
 struct SamplerConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(
       (negatives::SamplerKind, kind, negatives::SamplerKind::kUniform),
+      (SamplerEmbeddings, embeddings, SamplerEmbeddings::kRefresh),
       // |M| (GRIT-VLP 1920; FALCON 2400 / 5664 / 28320)
       (int64_t, search_space, 1920, config::at_least(1)),
       (negatives::GritConfig, grit, ),

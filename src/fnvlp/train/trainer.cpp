@@ -127,6 +127,8 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
               opt.data_dir << ": " << dataset_.num_pairs() << " pairs over " << comm_.size()
                            << " ranks give no full batch of " << cfg_.train.batch_size
                            << " (search spaces of " << cfg_.sampler.search_space << ")");
+  if (cfg_.sampler.embeddings == SamplerEmbeddings::kCached && wants_epoch_embeddings())
+    cache_ = EpochCache(partition_.block(comm_.rank()), cfg_.model.embed_dim);
   total_steps_ = cfg_.train.max_steps > 0
                      ? cfg_.train.max_steps
                      : uniform_steps_ + (cfg_.train.epochs - 1) * grouped_steps_;
@@ -141,6 +143,7 @@ int Trainer::run(Watchdog& dog) {
     auto guard = dog.long_phase("resume", cfg_.watchdog.startup_timeout_s);
     uint64_t methods_bytes = 0;
     for (auto& m : methods_) methods_bytes += m->state_bytes();
+    methods_bytes += cache_.state_bytes();
     // Room for two checkpoints (model + AdamW's two moments) before any step is spent.
     ckpt_.check_free_space(3 * module_bytes(*model_) + optimizer_state_bytes(*optimizer_) +
                            methods_bytes);
@@ -346,6 +349,7 @@ loss::ItcInputs Trainer::itc_inputs(StepContext& s) {
   // ITC, the methods' thresholds and the gathered features compare fp32 similarities.
   s.img = s.img.to(torch::kFloat);
   s.txt = s.txt.to(torch::kFloat);
+  if (cache_.enabled()) cache_.record(batch.pair_id, s.img, s.txt);
   s.temp = model_->temp();  // outside any NoGradGuard: it is learned
   const int64_t ramp =
       cfg_.loss.soft_warmup_steps < 0 ? uniform_steps_ : cfg_.loss.soft_warmup_steps;

@@ -24,6 +24,7 @@
 #include "fnvlp/store/run_dir.hpp"
 #include "fnvlp/train/batch_source.hpp"
 #include "fnvlp/train/device.hpp"
+#include "fnvlp/train/epoch_cache.hpp"
 #include "fnvlp/train/grad_sync.hpp"
 #include "fnvlp/train/pretrain_config.hpp"
 #include "fnvlp/train/step_telemetry.hpp"
@@ -112,6 +113,7 @@ class Trainer {
 
   // Every pair's embeddings with what the methods add (GloFND's λ): what the analysis job reads.
   data::Embeddings embed_training_set();
+  data::Embeddings cached_snapshot();
 
   // SIGUSR2 (agree_export): embeddings/step-SSSSSSS.h5 of the current weights, then training goes
   // on. The samplers' embeddings stay those of the epoch end and no RNG stream is consumed, so the
@@ -172,7 +174,8 @@ class Trainer {
   int64_t last_validated_epoch_ = -1;
   double last_lr_ = 0;
   StepClock clock_;
-  data::Embeddings last_embeddings_;
+  data::Embeddings last_embeddings_;  // this rank's block of the last epoch export
+  EpochCache cache_;                  // sampler.embeddings=cached
 };
 
 }  // namespace fnvlp::train

@@ -27,23 +27,65 @@ void Trainer::finish_epoch(Watchdog& dog, MetricsWriter& metrics) {
       }
   }
   validate(dog, metrics);
-  if (wants_epoch_embeddings()) {  // the next epoch groups by this epoch's embeddings
-    const auto [img, txt] = block_rows(last_embeddings_, partition_.block(comm_.rank()));
+  if (cache_.enabled()) {  // the next epoch groups by the training passes' embeddings
+    auto guard = dog.long_phase("cached embeddings", cfg_.watchdog.long_phase_timeout_s);
+    const data::Embeddings snap = cached_snapshot();
+    write_embeddings_collective(comm_, run_.cached_embeddings_path(epoch_), snap,
+                                dataset_.num_pairs());
+    const auto [img, txt] = embedding_tensors(snap);
+    for (auto& m : methods_) m->set_epoch_embeddings(epoch_ + 1, img, txt);
+  } else if (wants_epoch_embeddings()) {  // ... or by this epoch's export
+    const auto [img, txt] = embedding_tensors(last_embeddings_);
     for (auto& m : methods_) m->set_epoch_embeddings(epoch_ + 1, img, txt);
   }
   call_epoch_hook(dog, metrics);
 }
 
-// A resumed grouped epoch E uses the embeddings exported at the end of epoch E - 1.
+// The cache as this rank's block of an export; pairs no step has embedded yet are embedded now.
+data::Embeddings Trainer::cached_snapshot() {
+  const data::PairRange block = partition_.block(comm_.rank());
+  const std::vector<int64_t> unseen = cache_.unseen();
+  comm_.collective([&] {
+    if (unseen.empty()) return;
+    const data::Embeddings e =
+        embed_pairs(model_, augment_, dataset_, unseen, cfg_.train.export_batch);
+    cache_.fill(unseen, e.image_emb, e.text_emb);
+  });
+  const int64_t embedded = comm_.allreduce_sum(static_cast<int64_t>(unseen.size()));
+  if (comm_.is_root())
+    spdlog::info(
+        "pretrain: epoch {} grouped by the training passes' embeddings ({} of {} pairs "
+        "never in a step, embedded now)",
+        epoch_ + 1, embedded, dataset_.num_pairs());
+  data::Embeddings snap;
+  snap.epoch = epoch_;
+  snap.step = step_;
+  snap.dim = cfg_.model.embed_dim;
+  snap.first = block.begin;
+  const auto* img = cache_.image().data_ptr<float>();
+  const auto* txt = cache_.text().data_ptr<float>();
+  snap.image_emb.assign(img, img + cache_.image().numel());
+  snap.text_emb.assign(txt, txt + cache_.text().numel());
+  for (int64_t p = block.begin; p < block.end; ++p) snap.pair_id.push_back(p);
+  comm_.collective([&] { dataset_.ids(snap.pair_id, &snap.image_id, &snap.label); });
+  return snap;
+}
+
+// A resumed grouped epoch E uses the embeddings exported (or cached) at the end of epoch E - 1.
 void Trainer::restore_epoch_embeddings() {
   if (!wants_epoch_embeddings()) return;
-  const std::string path = run_.embeddings_path(epoch_ - 1);
+  const std::string path =
+      cache_.enabled() ? run_.cached_embeddings_path(epoch_ - 1) : run_.embeddings_path(epoch_ - 1);
   FNVLP_CHECK(fs::exists(path), path << ": missing; the grouped sampler of epoch " << epoch_
                                      << " needs the embeddings of epoch " << epoch_ - 1);
-  const data::Embeddings e = data::read_embeddings(path);
-  FNVLP_CHECK(e.size() == dataset_.num_pairs(),
-              path << ": " << e.size() << " rows, the dataset has " << dataset_.num_pairs());
-  const auto [img, txt] = block_rows(e, partition_.block(comm_.rank()));
+  const data::PairRange block = partition_.block(comm_.rank());
+  int64_t rows = 0;
+  data::Embeddings e;
+  comm_.collective([&] { e = data::read_embedding_rows(path, block.begin, 0, &rows); });
+  FNVLP_CHECK(rows == dataset_.num_pairs(),
+              path << ": " << rows << " rows, the dataset has " << dataset_.num_pairs());
+  comm_.collective([&] { e = data::read_embedding_rows(path, block.begin, block.size()); });
+  const auto [img, txt] = embedding_tensors(e);
   for (auto& m : methods_) m->set_epoch_embeddings(epoch_, img, txt);
 }
 
@@ -59,10 +101,13 @@ void Trainer::call_epoch_hook(Watchdog& dog, MetricsWriter& metrics) {
   }
 }
 
-// Every pair's embeddings with what the methods add (GloFND's λ): what the analysis job reads.
+// This rank's block of the export with what the methods add (GloFND's λ): the analysis job reads
+// the file all ranks write.
 data::Embeddings Trainer::embed_training_set() {
-  data::Embeddings e =
-      embed_dataset(comm_, model_, augment_, dataset_, cfg_.train.export_batch, epoch_, step_);
+  data::Embeddings e;
+  comm_.collective([&] {
+    e = embed_dataset(comm_, model_, augment_, dataset_, cfg_.train.export_batch, epoch_, step_);
+  });
   for (auto& m : methods_) m->export_embeddings(e);
   return e;
 }
@@ -75,21 +120,18 @@ void Trainer::export_on_demand(Watchdog& dog) {
   fault::point("export.sleep", epoch_);
   const data::Embeddings e = embed_training_set();
   const std::string path = fmt::format("{}/step-{:07d}.h5", run_.embeddings_dir(), step_);
-  comm_.collective([&] {
-    if (comm_.is_root()) data::write_embeddings(path, e);
-  });
+  write_embeddings_collective(comm_, path, e, dataset_.num_pairs());
   if (comm_.is_root())
     spdlog::info("pretrain: embeddings of {} pairs at step {} -> {} (requested by SIGUSR2)",
-                 e.size(), step_, path);
+                 dataset_.num_pairs(), step_, path);
 }
 
 void Trainer::export_embeddings(Watchdog& dog, MetricsWriter& metrics) {
   auto guard = dog.long_phase("export embeddings", cfg_.watchdog.long_phase_timeout_s);
   fault::point("export.sleep", epoch_);
   last_embeddings_ = embed_training_set();
-  comm_.collective([&] {
-    if (comm_.is_root()) data::write_embeddings(run_.embeddings_path(epoch_), last_embeddings_);
-  });
+  write_embeddings_collective(comm_, run_.embeddings_path(epoch_), last_embeddings_,
+                              dataset_.num_pairs());
   last_exported_epoch_ = epoch_;
 }
 
@@ -112,6 +154,10 @@ void Trainer::register_components() {
                      [mp](const std::string& d, int ws) { mp->load(d, ws); },
                      mp->collective_save()});
   }
+  if (cache_.enabled())
+    components_.add({"epoch_cache",
+                     [this](const std::string& d) { cache_.save(d, comm_, dataset_.num_pairs()); },
+                     [this](const std::string& d, int) { cache_.load(d, comm_); }, true});
   components_.add({"sampler",
                    [this](const std::string& d) {
                      write_file((fs::path(d) / rank_file("sampler", comm_.rank())).string(),

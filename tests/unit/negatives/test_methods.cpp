@@ -130,7 +130,7 @@ TEST(GlofndMethod, FiltersFromItsStartEpochAndReportsLambdaAndPrecision) {
   EXPECT_FALSE(again.contains("filtered_frac_i2t")) << "the window was not reset";
 }
 
-TEST(GlofndMethod, SavesByPairIdAndExportsEveryLambda) {
+TEST(GlofndMethod, SavesByPairIdAndExportsTheLambdasOfItsBlock) {
   Fixture f;
   GlofndMethod a(*f.env, 0.1, 0, GlofndOptions{});
   auto [s, in] = f.step(0, 0);
@@ -142,10 +142,15 @@ TEST(GlofndMethod, SavesByPairIdAndExportsEveryLambda) {
   b.load(dir, 1);
   EXPECT_EQ(b.state().image.export_rows(), a.state().image.export_rows());
   EXPECT_EQ(b.state().text.export_rows(), a.state().text.export_rows());
-  data::Embeddings e;
+  data::Embeddings e;  // the rank's block of the export: its 64 pairs
+  for (int64_t p = 0; p < 64; ++p) e.pair_id.push_back(p);
   b.export_embeddings(e);
   EXPECT_EQ(e.glofnd_lambda_image, a.state().image.lambdas());
   EXPECT_EQ(e.glofnd_lambda_image.size(), 64u);
+  data::Embeddings other;  // rows of another block: refused, no gather
+  other.first = 64;
+  for (int64_t p = 64; p < 128; ++p) other.pair_id.push_back(p);
+  EXPECT_THROW(b.export_embeddings(other), fnvlp::Error);
 }
 
 TEST(FncMethod, RemovesTheTopAlphaNegativesOfEachAnchor) {
