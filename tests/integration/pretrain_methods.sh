@@ -39,6 +39,13 @@ print(f"ok   {what}")
 PY
 }
 
+# run_stopped NAME ARGS...: a run that fault.stop_step (in ARGS) stops must exit 3 (requeue).
+run_stopped() {
+  local rc=0
+  run "$@" || rc=$?
+  [ "$rc" -eq 3 ] || fail "stopped $1 run exited $rc, expected 3"
+}
+
 run uniform
 check uniform 'all("batch_fn_rate_label" in r and "filtered_frac_i2t" not in r for r in m)' \
   "uniform logs the in-batch FN rate and filters nothing"
@@ -105,11 +112,7 @@ for e in (0, 1):
 print("ok   GloFND exact_init: λ of epochs 1 and 2 = simstat's exact thresholds of epochs 0 and 1")
 PY
 echo "== glofnd stopped at 2 ranks, resumed at 1 rank"
-set +e
-run glofnd_r "${glofnd[@]}" --set fault.stop_step=20
-rc=$?
-set -e
-[ "$rc" -eq 3 ] || fail "stopped glofnd run exited $rc, expected 3"
+run_stopped glofnd_r "${glofnd[@]}" --set fault.stop_step=20
 # max_steps = the checkpoint's step: the resumed 1-rank run trains no further and exports the
 # restored λ, which must equal the checkpoint's per-pair state.
 mpirun --oversubscribe -np 1 "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/glofnd_r" \
@@ -176,11 +179,7 @@ with h5py.File(run + "/embeddings/cached-000.h5") as h:
 print(f"ok   cached embeddings: {n} pairs, unit norm, no export pass")
 PY
 echo "== grit on cached embeddings stopped mid grouped epoch, resumed: same losses"
-set +e
-run grit_cached_r "${cached[@]}" --set fault.stop_step=22
-rc=$?
-set -e
-[ "$rc" -eq 3 ] || fail "stopped grit_cached run exited $rc, expected 3"
+run_stopped grit_cached_r "${cached[@]}" --set fault.stop_step=22
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/grit_cached_r" "${cached[@]}" \
   --resume auto
 "$py" - "$work/grit_cached" "$work/grit_cached_r" <<'PY'
@@ -210,11 +209,7 @@ run falcon_dropout "${grouped[@]}" --set sampler.kind=falcon --set train.log_eve
 check falcon_dropout '[r["falcon_reward"] for r in m if r["epoch"] == 1] and all(r["falcon_reward"] == 0 for r in m if r["epoch"] == 1)' \
   "FALCON's reward under dropout 0.1 with lr 0 is exactly 0 (same dropout masks before and after)"
 echo "== falcon stopped mid grouped epoch, resumed: same losses as uninterrupted"
-set +e
-run falcon_r "${grouped[@]}" --set sampler.kind=falcon --set train.log_every=1 --set fault.stop_step=22
-rc=$?
-set -e
-[ "$rc" -eq 3 ] || fail "stopped falcon run exited $rc, expected 3"
+run_stopped falcon_r "${grouped[@]}" --set sampler.kind=falcon --set train.log_every=1 --set fault.stop_step=22
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/falcon_r" "${grouped[@]}" \
   --set sampler.kind=falcon --set train.log_every=1 --resume auto
 "$py" - "$work/falcon" "$work/falcon_r" <<'PY'

@@ -9,30 +9,15 @@
 
 #include "fnvlp/comm/comm.hpp"
 #include "fnvlp/store/checkpoint.hpp"
+#include "shared_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace fnvlp::store;
 using fnvlp::Comm;
+using fnvlp::testing::remove_shared;
+using fnvlp::testing::shared_temp_dir;
 
 namespace {
-
-// A fresh directory, the same on every rank (ctest may run np 1, 2 and 4 side by side).
-std::string shared_temp_dir(const Comm& comm) {
-  std::string dir;
-  if (comm.is_root()) {
-    std::string templ = ::testing::TempDir() + "/fnvlp_ckpt_mpi_XXXXXX";
-    char* made = mkdtemp(templ.data());
-    EXPECT_NE(made, nullptr);
-    dir = templ;
-  }
-  comm.bcast(dir);
-  return dir;
-}
-
-void remove_shared(const Comm& comm, const std::string& dir) {
-  comm.barrier();
-  if (comm.is_root()) fs::remove_all(dir);
-}
 
 float value_of(int64_t id, int64_t c) { return static_cast<float>(id) * 10.0f + c + 0.25f; }
 
@@ -68,7 +53,7 @@ void expect_rows(const PerPairRows& rows, const std::vector<int64_t>& ids) {
 
 TEST(CheckpointMpi, PerPairStateReadsBackUnderAnotherOwnership) {
   Comm comm;
-  const std::string dir = shared_temp_dir(comm);
+  const std::string dir = shared_temp_dir(comm, "ckpt_mpi");
   const int r = comm.rank(), n = comm.size();
   // Written by every rank owning a block, and as if by a run on half as many ranks.
   save_blocks(comm, dir, "blocks", n);
@@ -103,7 +88,7 @@ TEST(CheckpointMpi, PerPairStateReadsBackUnderAnotherOwnership) {
 
 TEST(CheckpointMpi, SaveAndCommitAreCollective) {
   Comm comm;
-  const std::string dir = shared_temp_dir(comm);
+  const std::string dir = shared_temp_dir(comm, "ckpt_mpi");
   const int r = comm.rank(), n = comm.size();
   CheckpointManager mgr(dir + "/checkpoints", comm);
   for (int64_t step : {4, 8}) {
@@ -139,7 +124,7 @@ TEST(CheckpointMpi, SaveAndCommitAreCollective) {
 
 TEST(CheckpointMpi, OneRanksFailedWriteFailsTheSaveEverywhere) {
   Comm comm;
-  const std::string dir = shared_temp_dir(comm);
+  const std::string dir = shared_temp_dir(comm, "ckpt_mpi");
   const int bad = comm.size() - 1;
   CheckpointManager mgr(dir, comm);
   mgr.save(1, [&](const std::string& d) {

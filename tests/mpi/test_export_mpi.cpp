@@ -13,24 +13,15 @@
 #include "fnvlp/data/sampler.hpp"
 #include "fnvlp/train/embed_export.hpp"
 #include "fnvlp/train/epoch_cache.hpp"
+#include "shared_dir.hpp"
 
 namespace fs = std::filesystem;
 using fnvlp::Comm;
 using fnvlp::data::Embeddings;
+using fnvlp::testing::remove_shared;
+using fnvlp::testing::shared_temp_dir;
 
 namespace {
-
-std::string shared_temp_dir(const Comm& comm) {
-  std::string dir;
-  if (comm.is_root()) {
-    std::string templ = ::testing::TempDir() + "/fnvlp_export_mpi_XXXXXX";
-    char* made = mkdtemp(templ.data());
-    EXPECT_NE(made, nullptr);
-    dir = templ;
-  }
-  comm.bcast(dir);
-  return dir;
-}
 
 Embeddings rows_of(int64_t first, int64_t n, bool lambdas) {
   Embeddings e;
@@ -60,7 +51,7 @@ std::string bytes_of(const std::string& path) {
 }
 
 void check_export(const Comm& comm, int64_t total, bool lambdas) {
-  const std::string dir = shared_temp_dir(comm);
+  const std::string dir = shared_temp_dir(comm, "export_mpi");
   const fnvlp::data::PairRange b =
       fnvlp::data::BlockPartition(total, comm.size()).block(comm.rank());
   const Embeddings mine = rows_of(b.begin, b.size(), lambdas);
@@ -81,8 +72,7 @@ void check_export(const Comm& comm, int64_t total, bool lambdas) {
   EXPECT_EQ(back.pair_id, mine.pair_id);
   EXPECT_EQ(back.image_emb, mine.image_emb);
   EXPECT_EQ(back.glofnd_lambda_text, mine.glofnd_lambda_text);
-  comm.barrier();
-  if (comm.is_root()) fs::remove_all(dir);
+  remove_shared(comm, dir);
 }
 
 }  // namespace
@@ -102,7 +92,7 @@ TEST(Export, EmptyBlocksWriteNothing) {
 // One rank's failure is every rank's error, and no partial file is left under the final name.
 TEST(Export, AFailedBlockFailsTheExportOnEveryRank) {
   const Comm comm;
-  const std::string dir = shared_temp_dir(comm);
+  const std::string dir = shared_temp_dir(comm, "export_mpi");
   const fnvlp::data::PairRange b = fnvlp::data::BlockPartition(100, comm.size()).block(comm.rank());
   const bool last = comm.rank() == comm.size() - 1;
   const Embeddings mine = rows_of(b.begin + (last ? 1 : 0), b.size(), true);  // past the end
@@ -119,7 +109,7 @@ TEST(Export, AFailedBlockFailsTheExportOnEveryRank) {
 // the blocks of this run, read back by one rank owning every pair.
 TEST(Export, CachedEmbeddingsReadBackUnderAnotherOwnership) {
   const Comm comm;
-  const std::string dir = shared_temp_dir(comm);
+  const std::string dir = shared_temp_dir(comm, "export_mpi");
   const int64_t total = 37, dim = 3;
   const fnvlp::data::PairRange b =
       fnvlp::data::BlockPartition(total, comm.size()).block(comm.rank());
@@ -142,6 +132,5 @@ TEST(Export, CachedEmbeddingsReadBackUnderAnotherOwnership) {
     EXPECT_TRUE(all.image()[ids[static_cast<size_t>(k)]].equal(rows[k])) << "pair " << ids[k];
     EXPECT_TRUE(all.text()[ids[static_cast<size_t>(k)]].equal(-rows[k])) << "pair " << ids[k];
   }
-  comm.barrier();
-  if (comm.is_root()) fs::remove_all(dir);
+  remove_shared(comm, dir);
 }
