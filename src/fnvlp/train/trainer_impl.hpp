@@ -120,7 +120,8 @@ class Trainer {
   // run's trajectory is unchanged.
   void export_on_demand(Watchdog& dog);
 
-  void export_embeddings(Watchdog& dog, MetricsWriter& metrics);
+  // Collective: embeddings/epoch-EEE.h5 of the current weights; returns this rank's block of it.
+  data::Embeddings export_embeddings(Watchdog& dog, MetricsWriter& metrics);
   // Zero-shot retrieval on --val (every epoch end, whether or not the training set is exported).
   void validate(Watchdog& dog, MetricsWriter& metrics);
 
@@ -174,8 +175,7 @@ class Trainer {
   int64_t last_validated_epoch_ = -1;
   double last_lr_ = 0;
   StepClock clock_;
-  data::Embeddings last_embeddings_;  // this rank's block of the last epoch export
-  EpochCache cache_;                  // sampler.embeddings=cached
+  EpochCache cache_;  // sampler.embeddings=cached
 };
 
 }  // namespace fnvlp::train

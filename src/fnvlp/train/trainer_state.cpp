@@ -17,8 +17,9 @@ using json = nlohmann::json;
 using negatives::Method;
 
 void Trainer::finish_epoch(Watchdog& dog, MetricsWriter& metrics) {
+  data::Embeddings exported;  // this rank's block of the export, if there is one
   if (cfg_.train.export_embeddings) {
-    export_embeddings(dog, metrics);
+    exported = export_embeddings(dog, metrics);
     for (auto& m : methods_)
       if (m->wants_epoch_export(epoch_ + 1)) {
         auto guard =
@@ -35,7 +36,7 @@ void Trainer::finish_epoch(Watchdog& dog, MetricsWriter& metrics) {
     const auto [img, txt] = embedding_tensors(snap);
     for (auto& m : methods_) m->set_epoch_embeddings(epoch_ + 1, img, txt);
   } else if (wants_epoch_embeddings()) {  // ... or by this epoch's export
-    const auto [img, txt] = embedding_tensors(last_embeddings_);
+    const auto [img, txt] = embedding_tensors(exported);
     for (auto& m : methods_) m->set_epoch_embeddings(epoch_ + 1, img, txt);
   }
   call_epoch_hook(dog, metrics);
@@ -126,13 +127,13 @@ void Trainer::export_on_demand(Watchdog& dog) {
                  dataset_.num_pairs(), step_, path);
 }
 
-void Trainer::export_embeddings(Watchdog& dog, MetricsWriter& metrics) {
+data::Embeddings Trainer::export_embeddings(Watchdog& dog, MetricsWriter& metrics) {
   auto guard = dog.long_phase("export embeddings", cfg_.watchdog.long_phase_timeout_s);
   fault::point("export.sleep", epoch_);
-  last_embeddings_ = embed_training_set();
-  write_embeddings_collective(comm_, run_.embeddings_path(epoch_), last_embeddings_,
-                              dataset_.num_pairs());
+  data::Embeddings e = embed_training_set();
+  write_embeddings_collective(comm_, run_.embeddings_path(epoch_), e, dataset_.num_pairs());
   last_exported_epoch_ = epoch_;
+  return e;
 }
 
 void Trainer::validate(Watchdog& dog, MetricsWriter& metrics) {
