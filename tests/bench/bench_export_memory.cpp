@@ -71,6 +71,12 @@ fnvlp::data::Embeddings block_rows(const fnvlp::data::PairRange& b, int64_t dim)
   return e;
 }
 
+// What the grouped samplers keep of the block they are given (GroupedSampler::set_embeddings).
+std::pair<torch::Tensor, torch::Tensor> sampler_copy(const fnvlp::data::Embeddings& e) {
+  const auto [img, txt] = fnvlp::train::embedding_tensors(e);
+  return {img.clone(), txt.clone()};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,10 +107,10 @@ int main(int argc, char** argv) {
       copy.text_emb.assign(all.text_emb.begin() + b.begin * dim,
                            all.text_emb.begin() + b.end * dim);
       copy.pair_id.assign(all.pair_id.begin() + b.begin, all.pair_id.begin() + b.end);
-      const auto tensors = fnvlp::train::embedding_tensors(copy);
+      const auto tensors = sampler_copy(copy);
     } else {
       fnvlp::train::write_embeddings_collective(comm, path, mine, n);
-      const auto tensors = fnvlp::train::embedding_tensors(mine);
+      const auto tensors = sampler_copy(mine);
     }
   });
   const double file_mib =

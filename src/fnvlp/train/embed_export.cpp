@@ -123,7 +123,7 @@ std::pair<torch::Tensor, torch::Tensor> embedding_tensors(const data::Embeddings
   const auto opts = torch::TensorOptions().dtype(torch::kFloat);
   auto img = torch::from_blob(const_cast<float*>(e.image_emb.data()), {e.size(), e.dim}, opts);
   auto txt = torch::from_blob(const_cast<float*>(e.text_emb.data()), {e.size(), e.dim}, opts);
-  return {img.clone(), txt.clone()};
+  return {img, txt};
 }
 
 }  // namespace fnvlp::train

@@ -44,7 +44,8 @@ data::Embeddings gather_embeddings(const Comm& comm, const data::Embeddings& blo
 void write_embeddings_collective(const Comm& comm, const std::string& path,
                                  const data::Embeddings& block, int64_t total);
 
-// The rows of `e` as [rows, D] image and text tensors (copies).
+// The rows of `e` as [rows, D] image and text tensors: views of its vectors, valid while `e` is
+// (the grouped samplers copy what they are given).
 std::pair<torch::Tensor, torch::Tensor> embedding_tensors(const data::Embeddings& e);
 
 }  // namespace fnvlp::train

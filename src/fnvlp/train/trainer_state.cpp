@@ -33,8 +33,7 @@ void Trainer::finish_epoch(Watchdog& dog, MetricsWriter& metrics) {
     const data::Embeddings snap = cached_snapshot();
     write_embeddings_collective(comm_, run_.cached_embeddings_path(epoch_), snap,
                                 dataset_.num_pairs());
-    const auto [img, txt] = embedding_tensors(snap);
-    for (auto& m : methods_) m->set_epoch_embeddings(epoch_ + 1, img, txt);
+    for (auto& m : methods_) m->set_epoch_embeddings(epoch_ + 1, cache_.image(), cache_.text());
   } else if (wants_epoch_embeddings()) {  // ... or by this epoch's export
     const auto [img, txt] = embedding_tensors(exported);
     for (auto& m : methods_) m->set_epoch_embeddings(epoch_ + 1, img, txt);
