@@ -93,6 +93,11 @@ void FalconMethod::load(const std::string& dir, int world_size) {
   const auto path = world_size == env_.comm.size() && fs::exists(mine)
                         ? mine
                         : fs::path(dir) / store::rank_file("falcon", 0);
+  if (world_size != env_.comm.size() && env_.comm.is_root())
+    spdlog::warn(
+        "falcon: checkpoint of {} ranks resumed on {}: every rank starts from rank 0's policy "
+        "(the replicas are equal) and rank 0's reward baseline (the other ranks' are dropped)",
+        world_size, env_.comm.size());
   falcon_->load(path.string());
 }
 

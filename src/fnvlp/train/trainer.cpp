@@ -129,9 +129,10 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
                            << " (search spaces of " << cfg_.sampler.search_space << ")");
   if (cfg_.sampler.embeddings == SamplerEmbeddings::kCached && wants_epoch_embeddings())
     cache_ = EpochCache(partition_.block(comm_.rank()), cfg_.model.embed_dim);
-  total_steps_ = cfg_.train.max_steps > 0
-                     ? cfg_.train.max_steps
-                     : uniform_steps_ + (cfg_.train.epochs - 1) * grouped_steps_;
+  schedule_ranks_ = comm_.size();
+  schedule_batch_ = cfg_.train.batch_size;
+  schedule_steps_ = planned_steps(schedule_ranks_, schedule_batch_);
+  total_steps_ = last_step();
   register_components();
 }
 
@@ -171,6 +172,8 @@ int Trainer::run(Watchdog& dog) {
     run_.write_summary(s, true);
   });
   if (epoch_ > 0) restore_epoch_embeddings();
+  if (resplit_from_ > 0) continue_on_new_ranks();
+  total_steps_ = last_step();
   bool synchronous = false;
   for (auto& m : methods_) synchronous = synchronous || m->synchronous_sampler();
   BatchSource loader(dataset_, *sampler_, static_cast<int>(cfg_.train.prefetch), synchronous);
@@ -220,6 +223,7 @@ int Trainer::run(Watchdog& dog) {
     telemetry_.add(train_step(batch), batch.size() * comm_.size());
     ++step_;
     ++step_in_epoch_;
+    samples_seen_ += cfg_.train.batch_size * comm_.size();
     if (step_ % cfg_.train.log_every == 0 || step_ == total_steps_) log_progress(metrics, loader);
     sampler_state_ = loader.state();
     if (step_ == cfg_.fault.stop_step && comm_.is_root()) StopRequest::raise_for_test(SIGUSR1);
@@ -323,7 +327,9 @@ StepLosses Trainer::train_step(const data::Batch& host_batch) {
 // The step's learning rate, dropout seed and fault injection points.
 void Trainer::begin_step(const data::Batch& batch) {
   model_->train();
-  last_lr_ = lr_at(step_, total_steps_, cfg_.optim.warmup_steps, cfg_.optim.lr, cfg_.optim.min_lr);
+  last_lr_ = lr_at(schedule_step(samples_seen_, schedule_ranks_ * schedule_batch_),
+                   static_cast<double>(schedule_steps_), cfg_.optim.warmup_steps, cfg_.optim.lr,
+                   cfg_.optim.min_lr);
   for (auto& group : optimizer_->param_groups())
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(last_lr_);
   negatives::seed_dropout(seed(), step_, comm_.rank());  // dropout draws: exact resumes

@@ -131,9 +131,20 @@ class Trainer {
   Component::SaveFn root_only(Component::SaveFn fn);
   void save_loop_state(const std::string& dir);
   void load_loop_state(const std::string& dir);
-  // The sampler's cursor is per rank; with another rank count the current epoch restarts from a
-  // fresh permutation (data order differs, model and optimizer state do not).
+  // The sampler's cursor: this rank's own, or rank 0's from a checkpoint of another rank count
+  // (continue_on_new_ranks re-splits it).
   void load_sampler_state(const std::string& dir, int world_size);
+  // A checkpoint of another rank count, mid-epoch: the epoch goes on with the pairs it has not yet
+  // drawn, spread over the new blocks (UniformSampler's re-split; also a grouped method's uniform
+  // epoch 0). A grouped epoch's composition is per rank and cannot be re-split: that epoch
+  // restarts, and a log line says so. Sets step_in_epoch_ so the epoch ends on an agreed count.
+  void continue_on_new_ranks();
+  // Steps of the whole run at `ranks` ranks of `batch` pairs: the learning-rate schedule's length
+  // in steps of the first launch's global batch.
+  int64_t planned_steps(int ranks, int64_t batch) const;
+  // The loop's last step from where the run stands (its epochs, or train.max_steps counted in
+  // samples of the first launch's global batch).
+  int64_t last_step() const;
 
   void save_checkpoint(Watchdog& dog);
 
@@ -168,6 +179,13 @@ class Trainer {
   int64_t uniform_steps_ = 0;  // steps of a uniform epoch (epoch 0 always)
   int64_t grouped_steps_ = 0;  // steps of a grouped epoch (GRIT / FALCON, from epoch 1)
   int64_t total_steps_ = 0;
+  // Samples consumed by all ranks together; the schedule's global batch is that of the run's first
+  // launch (schedule_ranks_ x schedule_batch_), kept through resumes on other rank counts.
+  int64_t samples_seen_ = 0;
+  int schedule_ranks_ = 0;
+  int64_t schedule_batch_ = 0;
+  int64_t schedule_steps_ = 0;  // planned_steps(schedule_ranks_, schedule_batch_)
+  int resplit_from_ = 0;  // the checkpoint's rank count when its epoch must be re-split (0: no)
   int64_t step_ = 0;
   int64_t epoch_ = 0;
   int64_t step_in_epoch_ = 0;

@@ -188,6 +188,9 @@ void Trainer::save_loop_state(const std::string& dir) {
                       {"epoch", epoch_},
                       {"step_in_epoch", step_in_epoch_},
                       {"world_size", comm_.size()},
+                      {"samples_seen", samples_seen_},
+                      {"schedule_ranks", schedule_ranks_},
+                      {"schedule_batch_size", schedule_batch_},
                       {"skipped_steps", skips_.total()},
                       {"last_exported_epoch", last_exported_epoch_},
                       {"last_validated_epoch", last_validated_epoch_}};
@@ -203,15 +206,95 @@ void Trainer::load_loop_state(const std::string& dir) {
   last_validated_epoch_ = state.value("last_validated_epoch", last_exported_epoch_);
   loop_step_in_epoch_ = state.at("step_in_epoch").get<int64_t>();
   skips_.set_total(state.value("skipped_steps", int64_t{0}));
+  // Checkpoints from before the samples count: every step so far at the checkpoint's rank count
+  // and this run's batch size.
+  const int ranks = state.at("world_size").get<int>();
+  samples_seen_ = state.value("samples_seen", step_ * cfg_.train.batch_size * ranks);
+  schedule_ranks_ = state.value("schedule_ranks", ranks);
+  schedule_batch_ = state.value("schedule_batch_size", cfg_.train.batch_size);
+  FNVLP_CHECK(samples_seen_ >= 0 && schedule_ranks_ >= 1 && schedule_batch_ >= 1,
+              dir << "/trainer.json: malformed schedule (samples_seen " << samples_seen_
+                  << ", schedule_ranks " << schedule_ranks_ << ", schedule_batch_size "
+                  << schedule_batch_ << ")");
+  schedule_steps_ = planned_steps(schedule_ranks_, schedule_batch_);
 }
 
-// The sampler's cursor is per rank; with another rank count the current epoch restarts from a
-// fresh permutation (data order differs, model and optimizer state do not).
+int64_t Trainer::planned_steps(int ranks, int64_t batch) const {
+  if (cfg_.train.max_steps > 0) return cfg_.train.max_steps;
+  const int64_t n = data::BlockPartition(dataset_.num_pairs(), ranks).min_block_size();
+  const int64_t uniform = n / batch;
+  const int64_t grouped =
+      grouped_ ? negatives::grouped_batches(n, grouped_->config().search_space, batch) : uniform;
+  return uniform + (cfg_.train.epochs - 1) * grouped;
+}
+
+int64_t Trainer::last_step() const {
+  if (cfg_.train.max_steps > 0) {
+    const int64_t global = cfg_.train.batch_size * comm_.size();
+    const int64_t left = std::max<int64_t>(
+        0, cfg_.train.max_steps * schedule_ranks_ * schedule_batch_ - samples_seen_);
+    return step_ + (left + global - 1) / global;
+  }
+  if (epoch_ >= cfg_.train.epochs) return step_;
+  return step_ + (epoch_steps(epoch_) - step_in_epoch_) +
+         (cfg_.train.epochs - 1 - epoch_) * grouped_steps_;
+}
+
+// This rank's cursor; from a checkpoint of another rank count or batch size, rank 0's (a uniform
+// state is the same on every rank), re-split by continue_on_new_ranks.
 void Trainer::load_sampler_state(const std::string& dir, int world_size) {
-  const auto file = fs::path(dir) / rank_file("sampler", comm_.rank());
-  if (world_size != comm_.size() || !fs::exists(file)) return;
+  const auto mine = fs::path(dir) / rank_file("sampler", comm_.rank());
+  const auto file = world_size == comm_.size() ? mine : fs::path(dir) / rank_file("sampler", 0);
+  if (world_size != comm_.size()) resplit_from_ = world_size;
+  if (!fs::exists(file)) return;
   sampler_state_ = json::parse(read_file(file.string()));
-  resume_in_epoch_ = true;
+  if (sampler_state_.value("batch_size", cfg_.train.batch_size) != cfg_.train.batch_size)
+    resplit_from_ = world_size;
+  resume_in_epoch_ = resplit_from_ == 0;
+}
+
+void Trainer::continue_on_new_ranks() {
+  const int from = resplit_from_;
+  if (sampler_state_.is_null() || sampler_state_.value("epoch", int64_t{-1}) != epoch_) {
+    if (comm_.is_root())
+      spdlog::warn(
+          "pretrain: the checkpoint of {} ranks holds no sampler state of epoch {}: the "
+          "epoch restarts",
+          from, epoch_);
+    sampler_state_ = nullptr;
+    step_in_epoch_ = 0;
+    return;
+  }
+  if (sampler_state_.value("grouped", false)) {
+    if (comm_.is_root())
+      spdlog::warn(
+          "pretrain: the checkpoint of {} ranks stopped {} steps into grouped epoch {}, whose "
+          "batches each rank composed from its own block: they cannot be re-split over {} ranks, "
+          "so epoch {} restarts and the pairs of its first {} steps are drawn again",
+          from, loop_step_in_epoch_, epoch_, comm_.size(), epoch_, loop_step_in_epoch_);
+    sampler_state_ = nullptr;
+    step_in_epoch_ = 0;
+    return;
+  }
+  sampler_->load_state(sampler_state_);
+  sampler_state_ = sampler_->state();
+  // The epoch's batches left, from the re-split state (a grouped sampler's uniform epoch keeps
+  // its UniformSampler's state under "uniform").
+  data::UniformSampler split(partition_, cfg_.train.batch_size, seed(), comm_.rank());
+  split.load_state(sampler_state_.contains("uniform") ? sampler_state_.at("uniform")
+                                                      : sampler_state_);
+  const int64_t left = split.batches_remaining();
+  FNVLP_CHECK(left >= 0 && left <= epoch_steps(epoch_),
+              "pretrain: the sampler state of "
+                  << from << " ranks leaves " << left << " batches of epoch " << epoch_ << " on "
+                  << comm_.size() << " ranks, whose epoch has " << epoch_steps(epoch_));
+  step_in_epoch_ = epoch_steps(epoch_) - left;
+  if (comm_.is_root())
+    spdlog::info(
+        "pretrain: the checkpoint of {} ranks ({} steps into epoch {}) continues on {} ranks: "
+        "the pairs the epoch has not drawn yet, split over the new blocks, give {} more steps; "
+        "no pair is drawn twice",
+        from, loop_step_in_epoch_, epoch_, comm_.size(), left);
 }
 
 void Trainer::save_checkpoint(Watchdog& dog) {
