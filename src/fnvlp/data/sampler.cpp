@@ -54,38 +54,74 @@ void shuffle(std::vector<int64_t>& v, uint64_t key) {
 
 namespace {
 
-// Pairs of `pool` (sorted; null = every pair) inside `range`, shuffled with the segment's key.
-std::vector<int64_t> segment_order(const std::vector<int64_t>* pool, PairRange range, uint64_t seed,
-                                   int64_t epoch, size_t segment) {
-  std::vector<int64_t> out;
-  if (pool == nullptr) {
-    out.resize(static_cast<size_t>(range.size()));
-    std::iota(out.begin(), out.end(), range.begin);
-  } else {
-    auto lo = std::lower_bound(pool->begin(), pool->end(), range.begin);
-    auto hi = std::lower_bound(lo, pool->end(), range.end);
-    out.assign(lo, hi);
-  }
-  shuffle(out, hash_key({seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(range.begin),
-                         static_cast<uint64_t>(range.end), static_cast<uint64_t>(segment)}));
-  return out;
-}
-
-// Batches every rank can run in a segment: the smallest block's share of the pool.
-int64_t segment_batches(const std::vector<int64_t>* pool, const BlockPartition& p,
-                        int64_t batch_size) {
-  if (pool == nullptr) return p.min_block_size() / batch_size;
-  int64_t least = std::numeric_limits<int64_t>::max();
-  for (int r = 0; r < p.ranks(); ++r) {
-    const PairRange b = p.block(r);
-    const auto n = std::lower_bound(pool->begin(), pool->end(), b.end) -
-                   std::lower_bound(pool->begin(), pool->end(), b.begin);
-    least = std::min<int64_t>(least, n);
-  }
-  return least / batch_size;
+// `pairs` (sorted) shuffled with the key of segment `segment` of `epoch` in `range`.
+std::vector<int64_t> shuffled(std::vector<int64_t> pairs, PairRange range, uint64_t seed,
+                              int64_t epoch, size_t segment) {
+  shuffle(pairs, hash_key({seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(range.begin),
+                           static_cast<uint64_t>(range.end), static_cast<uint64_t>(segment)}));
+  return pairs;
 }
 
 }  // namespace
+
+// Segment k's partition and batch size (the current configuration after the finished segments).
+BlockPartition UniformSampler::segment_partition(size_t k) const {
+  return k < segments_.size() ? BlockPartition(partition_.num_pairs(), segments_[k].ranks)
+                              : partition_;
+}
+
+int64_t UniformSampler::segment_batch_size(size_t k) const {
+  return k < segments_.size() ? segments_[k].batch_size : batch_size_;
+}
+
+// The pairs of `range` the epoch still had planned when segment k began, sorted. Segment 0 plans
+// every pair; segment k > 0 plans what the ranks of segment k - 1 had planned and not drawn, and
+// only the ranks whose blocks meet `range` can hold such pairs. So the replay holds a block of
+// each configuration at a time, never the whole dataset.
+std::vector<int64_t> UniformSampler::planned_in(size_t k, PairRange range) const {
+  std::vector<int64_t> out;
+  if (k == 0) {
+    out.resize(static_cast<size_t>(range.size()));
+    std::iota(out.begin(), out.end(), range.begin);
+    return out;
+  }
+  const Segment& s = segments_[k - 1];
+  const BlockPartition p = segment_partition(k - 1);
+  const int64_t batches = batches_of_segment(k - 1);
+  FNVLP_CHECK(s.cursor >= 0 && s.cursor <= batches,
+              "sampler state: segment " << k - 1 << " cursor " << s.cursor << " outside its "
+                                        << batches << " batches");
+  if (range.size() <= 0) return out;
+  if (rest_cache_.size() < k) rest_cache_.resize(k, {-1, {}});
+  for (int r = p.owner(range.begin); r <= p.owner(range.end - 1); ++r) {
+    // Consecutive ranges meet the same old blocks: the last one's rest is kept per segment.
+    auto& [cached_rank, rest] = rest_cache_[k - 1];
+    if (cached_rank != r) {
+      const PairRange b = p.block(r);
+      const std::vector<int64_t> o = shuffled(planned_in(k - 1, b), b, seed_, epoch_, k - 1);
+      rest.assign(o.begin() + s.cursor * s.batch_size, o.begin() + batches * s.batch_size);
+      std::sort(rest.begin(), rest.end());
+      cached_rank = r;
+    }
+    out.insert(out.end(), std::lower_bound(rest.begin(), rest.end(), range.begin),
+               std::lower_bound(rest.begin(), rest.end(), range.end));
+  }
+  return out;  // sorted: the old blocks are visited in order
+}
+
+// Batches every rank can run in segment k: the smallest block's share of what it plans.
+int64_t UniformSampler::batches_of_segment(size_t k) const {
+  const BlockPartition p = segment_partition(k);
+  if (k == 0) return p.min_block_size() / segment_batch_size(k);
+  if (k < batches_cache_.size() && batches_cache_[k] >= 0) return batches_cache_[k];
+  int64_t least = std::numeric_limits<int64_t>::max();
+  for (int r = 0; r < p.ranks(); ++r)
+    least = std::min<int64_t>(least, static_cast<int64_t>(planned_in(k, p.block(r)).size()));
+  const int64_t batches = least / segment_batch_size(k);
+  if (batches_cache_.size() <= k) batches_cache_.resize(k + 1, -1);
+  batches_cache_[k] = batches;
+  return batches;
+}
 
 UniformSampler::UniformSampler(const BlockPartition& partition, int64_t batch_size, uint64_t seed,
                                int rank)
@@ -111,28 +147,13 @@ int64_t UniformSampler::batches_per_epoch() const {
 }
 
 void UniformSampler::build_order() {
-  // Replay the finished segments of this epoch to find the pairs it still has planned.
-  std::vector<int64_t> pool;
-  const std::vector<int64_t>* pool_ptr = nullptr;
-  for (size_t k = 0; k < segments_.size(); ++k) {
-    const Segment& s = segments_[k];
-    const BlockPartition p(partition_.num_pairs(), s.ranks);
-    const int64_t batches = segment_batches(pool_ptr, p, s.batch_size);
-    FNVLP_CHECK(s.cursor >= 0 && s.cursor <= batches,
-                "sampler state: segment " << k << " cursor " << s.cursor << " outside its "
-                                          << batches << " batches");
-    std::vector<int64_t> rest;
-    for (int r = 0; r < s.ranks; ++r) {
-      const std::vector<int64_t> o = segment_order(pool_ptr, p.block(r), seed_, epoch_, k);
-      rest.insert(rest.end(), o.begin() + s.cursor * s.batch_size,
-                  o.begin() + batches * s.batch_size);
-    }
-    std::sort(rest.begin(), rest.end());
-    pool = std::move(rest);
-    pool_ptr = &pool;
-  }
-  order_ = segment_order(pool_ptr, block_, seed_, epoch_, segments_.size());
-  segment_batches_ = segment_batches(pool_ptr, partition_, batch_size_);
+  batches_cache_.clear();
+  rest_cache_.clear();
+  const size_t k = segments_.size();
+  order_ = shuffled(planned_in(k, block_), block_, seed_, epoch_, k);
+  segment_batches_ = batches_of_segment(k);
+  batches_cache_.clear();
+  rest_cache_ = {};
 }
 
 bool UniformSampler::next(std::vector<int64_t>& pair_ids) {

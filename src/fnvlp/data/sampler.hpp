@@ -13,6 +13,7 @@
 // every platform and compiler.
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <utility>
 #include <vector>
 
 namespace fnvlp::data {
@@ -87,7 +88,8 @@ class Sampler {
 //    takes those inside its new block, shuffled by (seed, epoch, block, segment), and the epoch
 //    runs min over ranks of (those pairs / batch_size) more batches. No pair is seen twice in the
 //    epoch; a few planned ones may be dropped to keep ranks in step. The state records the
-//    segments, so a resumed run is itself resumable exactly.
+//    segments, so a resumed run is itself resumable exactly. Replaying them holds one block of
+//    each configuration at a time: memory O(N / R), not O(N).
 class UniformSampler : public Sampler {
  public:
   UniformSampler(const BlockPartition& partition, int64_t batch_size, uint64_t seed, int rank);
@@ -112,6 +114,10 @@ class UniformSampler : public Sampler {
     int64_t cursor;
   };
   void build_order();
+  BlockPartition segment_partition(size_t k) const;
+  int64_t segment_batch_size(size_t k) const;
+  std::vector<int64_t> planned_in(size_t k, PairRange range) const;
+  int64_t batches_of_segment(size_t k) const;
 
   BlockPartition partition_;
   int64_t batch_size_;
@@ -122,6 +128,10 @@ class UniformSampler : public Sampler {
   int64_t segment_batches_ = 0;  // batches of the current segment
   std::vector<Segment> segments_;
   std::vector<int64_t> order_;  // this rank's pairs for the current segment, in batch order
+  // The replay's memo while build_order runs: batches_of_segment(k) (-1: not yet), and per finished
+  // segment the last rank planned_in read with its planned, undrawn pairs (sorted).
+  mutable std::vector<int64_t> batches_cache_;
+  mutable std::vector<std::pair<int, std::vector<int64_t>>> rest_cache_;
 };
 
 }  // namespace fnvlp::data
