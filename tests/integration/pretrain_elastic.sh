@@ -15,7 +15,7 @@
 #   - the learning rate of every step of both runs is the schedule as a function of the samples
 #     seen (warm-up and cosine in steps of the first launch's global batch, 16 x R);
 #   - the run ends where its epochs end at R' ranks, and says that epoch 0 continued.
-# And GRIT's grouped sampler across two rank changes (below).
+# And GRIT's grouped sampler (with GloFND) across two rank changes (below).
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
 py=/usr/bin/python3
@@ -114,36 +114,46 @@ case_ 2 1 2
 case_ 1 2 3
 case_ 2 4 5
 
-# GRIT on cached embeddings, 3 epochs: 2 ranks stopped in its uniform epoch 0 (re-split like the
-# uniform sampler's), 1 rank stopped in grouped epoch 1 (composed per rank: that epoch restarts,
-# with a warning), 2 ranks to the end. The cached embeddings move with their pairs.
-echo "== grit, cached embeddings: 2 ranks -> 1 rank in epoch 0 -> 2 ranks in grouped epoch 1"
+# GRIT (q = 1, cached embeddings) with GloFND, 3 epochs: 2 ranks stopped in the uniform epoch 0,
+# 1 rank (the epoch continues: the block is the dataset, so all 6 x 2 planned batches left run and
+# it ends at step 22, where a stop keeps the per-pair state), 1 rank again stopped in grouped
+# epoch 1 at step 30, 2 ranks to the end: the grouped epoch continues from the old rank's
+# unselected pairs (GroupedSampler::resplit). Run B stops at the end of epoch 1 to read the state.
+echo "== grit + glofnd: 2 ranks -> 1 rank in epoch 0 -> 2 ranks in grouped epoch 1"
 grit=(--set sampler.search_space=128 --set sampler.kind=grit --set sampler.grit.q=1
-      --set sampler.embeddings=cached --set train.epochs=3)
+      --set sampler.embeddings=cached --set train.epochs=3 --set checkpoint.keep_last=10
+      "${glofnd[@]}")
 g=$work/grit
 [ "$(pretrain 2 "$g" "${grit[@]}" --set fault.stop_step=$stop)" = 3 ] || fail "grit: no stop at $stop"
 mv "$g.log" "$g.1.log"
+[ "$(pretrain 1 "$g" "${grit[@]}" --set fault.stop_step=22 --resume auto)" = 3 ] ||
+  fail "grit: the 1-rank run did not stop at step 22"
+grep -q "continues on 1 ranks" "$g.log" || fail "grit: its uniform epoch 0 did not continue"
+mv "$g.log" "$g.2.log"
 [ "$(pretrain 1 "$g" "${grit[@]}" --set fault.stop_step=30 --resume auto)" = 3 ] ||
   fail "grit: the 1-rank run did not stop at step 30"
-mv "$g.log" "$g.2.log"
-grep -q "continues on 1 ranks" "$g.2.log" || fail "grit: its uniform epoch 0 did not continue"
+mv "$g.log" "$g.3.log"
+cp -a "$g" "$g.b"
 [ "$(pretrain 2 "$g" "${grit[@]}" --resume auto)" = 0 ] || fail "grit: the last run did not complete"
-grep -q "cannot be re-split over 2 ranks, so epoch 1 restarts" "$g.log" ||
-  fail "grit: no warning that grouped epoch 1 restarts"
-"$py" - "$g" "$stop" <<'PY'
+left1=$(sed -n 's/.*continues on 2 ranks: .* give \([0-9]*\) more steps.*/\1/p' "$g.log" | head -1)
+[ -n "$left1" ] || fail "grit: grouped epoch 1 did not continue on 2 ranks"
+end1=$((30 + left1))
+[ "$(pretrain 2 "$g.b" "${grit[@]}" --set fault.stop_step=$end1 --resume auto)" = 3 ] ||
+  fail "grit: run B did not stop at step $end1"
+"$py" - "$g" "$stop" "$end1" <<'PY'
 import json, math, sys
-g, stop = sys.argv[1], int(sys.argv[2])
+import h5py, numpy as np
+g, stop, end1 = sys.argv[1], *map(int, sys.argv[2:])
 B, warmup, base, lo, N, M = 16, 4, 1.0e-3, 1.0e-5, 540, 128
 G = lambda n: (n // M) * (M // B) + (n % M) // B  # grouped batches of a block of n
-u2, g2, u1, g1 = (N // 2) // B, G(N // 2), N // B, G(N)
+u2, g2 = (N // 2) // B, G(N // 2)
 T0 = u2 + 2 * g2  # the schedule: 3 epochs at 2 ranks
-left0 = (u2 - stop) * 2 * B // B  # epoch 0's planned pairs left, all in the 1-rank block
-end0 = stop + left0
-assert 30 < end0 + g1, "step 30 must fall in grouped epoch 1 at 1 rank"
-segments = [(stop, 2 * B), (30, B), (30 + 2 * g2, 2 * B)]  # (last step, global batch)
+end0 = stop + (u2 - stop) * 2  # epoch 0's planned batches left, all on the 1-rank block
+assert end0 == 22
+segments = [(stop, 2 * B), (30, B), (end1 + g2, 2 * B)]  # (last step, global batch)
 m = {r["step"]: r for r in map(json.loads, open(g + "/metrics.jsonl")) if "itc" in r}
 assert max(m) == segments[-1][0], f"ended at step {max(m)}, expected {segments[-1][0]}"
-assert [m[k]["epoch"] for k in (stop + 1, end0, end0 + 1, 31, 30 + g2 + 1)] == [0, 0, 1, 1, 2]
+assert [m[k]["epoch"] for k in (stop + 1, end0, end0 + 1, end1, end1 + 1)] == [0, 0, 1, 1, 2]
 samples, first = 0, 1
 for last, gb in segments:
     for k in range(first, last + 1):
@@ -153,6 +163,18 @@ for last, gb in segments:
         samples += gb
     first = last + 1
 assert all(m[k]["q_mean"] == 1 for k in m if m[k]["epoch"] >= 1), "GRIT's grouped epochs lost q = 1"
-print(f"ok   grit: epoch 0 continued at 1 rank ({left0} steps), grouped epoch 1 restarted at 2 ranks, "
-      f"ended at step {max(m)}; lr = schedule(samples) throughout")
+ck = lambda step: f"{g}.b/checkpoints/step-{step:07d}"
+for side in ("image", "text"):
+    st = {}
+    for step in (end0, 30, end1):
+        with h5py.File(ck(step) + f"/glofnd_{side}.h5") as f:
+            st[step] = f["values"][:]
+    e1 = st[end1][:, 3] - st[end0][:, 3]  # draws of each pair in epoch 1
+    assert set(np.unique(e1)) <= {0.0, 1.0}, f"{side}: a pair drawn twice in grouped epoch 1"
+    assert e1.sum() == (30 - end0) * B + (end1 - 30) * 2 * B, f"{side}: {e1.sum()} draws in epoch 1"
+    before = st[30][:, 3] - st[end0][:, 3] == 1
+    assert np.array_equal(st[30][before].view(np.uint32), st[end1][before].view(np.uint32)), \
+        f"{side}: state of the pairs drawn in epoch 1 before the stop changed across the resume"
+print(f"ok   grit: epoch 0 continued at 1 rank, grouped epoch 1 continued at 2 ranks ({end1 - 30} steps, "
+      f"none twice, earlier draws' state bitwise), ended at step {max(m)}; lr = schedule(samples) throughout")
 PY

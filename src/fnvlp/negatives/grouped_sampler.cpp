@@ -14,9 +14,10 @@ using json = nlohmann::json;
 namespace {
 
 // Stream tags: keep the draws of different purposes apart.
-constexpr uint64_t kTagSpaces = 0x5350414345ull;  // block shuffle into search spaces
-constexpr uint64_t kTagFirst = 0x4649525354ull;   // first member of each batch
-constexpr uint64_t kTagBatch = 0x4241544348ull;   // the QSource's per-batch key
+constexpr uint64_t kTagSpaces = 0x5350414345ull;   // block shuffle into search spaces
+constexpr uint64_t kTagFirst = 0x4649525354ull;    // first member of each batch
+constexpr uint64_t kTagBatch = 0x4241544348ull;    // the QSource's per-batch key
+constexpr uint64_t kTagResplit = 0x5245535054ull;  // a re-split epoch's draws
 
 // Identifies the embeddings a grouped state was composed from: a hash of the float bit patterns.
 uint64_t fingerprint(const torch::Tensor& img, const torch::Tensor& txt) {
@@ -93,6 +94,7 @@ GroupedSampler::GroupedSampler(const data::BlockPartition& partition, int64_t ba
 }
 
 int64_t GroupedSampler::grouped_batches_per_epoch() const {
+  if (!resplit_.is_null()) return resplit_batches_;
   return grouped_batches(partition_.min_block_size(), config_.search_space, batch_size_);
 }
 
@@ -106,12 +108,14 @@ double GroupedSampler::epoch_q() const {
 }
 
 int64_t GroupedSampler::search_spaces() const {
-  return (block_.size() + config_.search_space - 1) / config_.search_space;
+  return (static_cast<int64_t>(order_.size()) + config_.search_space - 1) / config_.search_space;
 }
 
 uint64_t GroupedSampler::block_key(uint64_t tag) const {
-  return data::hash_key({seed_, static_cast<uint64_t>(epoch_), static_cast<uint64_t>(block_.begin),
-                         static_cast<uint64_t>(block_.end), tag});
+  const uint64_t key =
+      data::hash_key({seed_, static_cast<uint64_t>(epoch_), static_cast<uint64_t>(block_.begin),
+                      static_cast<uint64_t>(block_.end), tag});
+  return resplit_.is_null() ? key : data::hash_key({key, kTagResplit});
 }
 
 void GroupedSampler::set_embeddings(int64_t epoch, const torch::Tensor& img,
@@ -149,6 +153,7 @@ void GroupedSampler::start_epoch(int64_t epoch) {
   FNVLP_CHECK(epoch >= 0, "epoch must be non-negative, got " << epoch);
   epoch_ = epoch;
   grouped_ = img_.defined() && emb_epoch_ == epoch;
+  resplit_ = nullptr;
   space_ = -1;
   space_batches_ = 0;
   done_ = 0;
@@ -167,7 +172,7 @@ void GroupedSampler::enter_space(int64_t space) {
                                                          << space << " past the " << search_spaces()
                                                          << " of rank " << rank_ << "'s block");
   const int64_t first = space * config_.search_space;
-  const int64_t size = std::min(config_.search_space, block_.size() - first);
+  const int64_t size = std::min(config_.search_space, static_cast<int64_t>(order_.size()) - first);
   std::vector<int64_t> members(order_.begin() + first, order_.begin() + first + size);
   std::vector<int64_t> rows(members.size());
   for (size_t k = 0; k < members.size(); ++k) rows[k] = members[k] - block_.begin;
@@ -243,7 +248,104 @@ json GroupedSampler::state() const {
   st["space"] = space_;
   st["space_batches"] = space_batches_;
   st["unselected"] = current_ != nullptr ? current_->unselected_mask() : std::string();
+  if (!resplit_.is_null()) st["resplit"] = resplit_;
   return st;
+}
+
+namespace {
+
+// The pairs old rank `rank` (of `p`) had not drawn in its grouped epoch: the unselected members of
+// its current search space and every space it had not entered, sorted. Its search spaces are those
+// of an ordinary epoch (build_order's shuffle of its block).
+std::vector<int64_t> undrawn(const data::BlockPartition& p, int rank, const json& st, uint64_t seed,
+                             int64_t epoch, int64_t search_space) {
+  const data::PairRange b = p.block(rank);
+  std::vector<int64_t> order(static_cast<size_t>(b.size()));
+  for (int64_t k = 0; k < b.size(); ++k) order[static_cast<size_t>(k)] = b.begin + k;
+  data::shuffle(order,
+                data::hash_key({seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(b.begin),
+                                static_cast<uint64_t>(b.end), kTagSpaces}));
+  const int64_t space = st.at("space").get<int64_t>();
+  std::vector<int64_t> out;
+  int64_t next = 0;
+  if (space >= 0) {
+    const int64_t first = space * search_space;
+    FNVLP_CHECK(first < b.size(), "sampler state of rank " << rank << ": search space " << space
+                                                           << " past its block of " << b.size());
+    const int64_t size = std::min(search_space, b.size() - first);
+    for (int64_t k :
+         SearchSpace::decode_unselected_mask(st.at("unselected").get<std::string>(), size))
+      out.push_back(order[static_cast<size_t>(first + k)]);
+    next = first + size;
+  }
+  out.insert(out.end(), order.begin() + next, order.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+void GroupedSampler::resplit(const std::vector<json>& old) {
+  FNVLP_CHECK(!old.empty(), "grouped sampler: resplit without the old ranks' states");
+  const auto ranks = static_cast<int>(old.size());
+  json cursors = json::array();
+  int64_t epoch = -1, batch = 0;
+  try {
+    for (int r = 0; r < ranks; ++r) {
+      const json& st = old[static_cast<size_t>(r)];
+      const data::PairRange b = data::BlockPartition(partition_.num_pairs(), ranks).block(r);
+      FNVLP_CHECK(!st.contains("resplit"),
+                  "grouped sampler: rank " << r << "'s state is of a re-split epoch itself");
+      FNVLP_CHECK(st.at("grouped").get<bool>() && st.at("ranks").get<int>() == ranks &&
+                      st.at("num_pairs").get<int64_t>() == partition_.num_pairs() &&
+                      st.at("search_space").get<int64_t>() == config_.search_space &&
+                      st.at("seed").get<uint64_t>() == seed_ &&
+                      st.at("block").at(0).get<int64_t>() == b.begin &&
+                      st.at("block").at(1).get<int64_t>() == b.end &&
+                      (r == 0 || (st.at("epoch").get<int64_t>() == epoch &&
+                                  st.at("batch_size").get<int64_t>() == batch)),
+                  "grouped sampler: state " << r << " of " << ranks
+                                            << " does not continue the same grouped epoch with "
+                                               "|M| = "
+                                            << config_.search_space << ": " << st.dump());
+      epoch = st.at("epoch").get<int64_t>();
+      batch = st.at("batch_size").get<int64_t>();
+      cursors.push_back({{"space", st.at("space")}, {"unselected", st.at("unselected")}});
+    }
+  } catch (const json::exception& e) {
+    FNVLP_FAIL("malformed sampler state for a re-split: " << e.what());
+  }
+  FNVLP_CHECK(emb_epoch_ == epoch && img_.defined(), "grouped sampler: re-splitting epoch "
+                                                         << epoch << " needs its embeddings "
+                                                         << "(set_embeddings first)");
+  epoch_ = epoch;
+  grouped_ = true;
+  resplit_ = {{"ranks", ranks}, {"batch_size", batch}, {"old", cursors}};
+  build_resplit_order();
+  space_ = -1;
+  space_batches_ = 0;
+  done_ = 0;
+  current_.reset();
+  last_ = ComposedBatch();
+}
+
+// One old rank at a time: memory O(N / R_old + N / R), time O(N).
+void GroupedSampler::build_resplit_order() {
+  const int ranks = resplit_.at("ranks").get<int>();
+  const json& cursors = resplit_.at("old");
+  const data::BlockPartition old(partition_.num_pairs(), ranks);
+  std::vector<int64_t> mine, share(static_cast<size_t>(partition_.ranks()), 0);
+  for (int r = 0; r < ranks; ++r) {
+    const std::vector<int64_t> rest =
+        undrawn(old, r, cursors.at(static_cast<size_t>(r)), seed_, epoch_, config_.search_space);
+    for (int64_t id : rest) ++share[static_cast<size_t>(partition_.owner(id))];
+    mine.insert(mine.end(), std::lower_bound(rest.begin(), rest.end(), block_.begin),
+                std::lower_bound(rest.begin(), rest.end(), block_.end));
+  }
+  order_ = std::move(mine);
+  data::shuffle(order_, block_key(kTagSpaces));
+  resplit_batches_ = grouped_batches(*std::min_element(share.begin(), share.end()),
+                                     config_.search_space, batch_size_);
 }
 
 void GroupedSampler::load_state(const json& st) {
@@ -264,6 +366,7 @@ void GroupedSampler::load_state(const json& st) {
     done_ = 0;
     current_.reset();
     order_.clear();
+    resplit_ = nullptr;
     if (!grouped) {
       uniform_.load_state(st.at("uniform"));
       epoch_ = epoch;
@@ -294,7 +397,11 @@ void GroupedSampler::load_state(const json& st) {
                     << epoch << " was composed from other embeddings than the ones set now");
     epoch_ = epoch;
     grouped_ = true;
-    build_order();
+    resplit_ = st.value("resplit", json());
+    if (resplit_.is_null())
+      build_order();
+    else
+      build_resplit_order();
     const int64_t done = st.at("done").get<int64_t>();
     const int64_t space = st.at("space").get<int64_t>();
     const int64_t space_batches = st.at("space_batches").get<int64_t>();

@@ -27,7 +27,12 @@
 // same configuration (with the same embeddings set) continues with exactly the remaining batches,
 // without replaying earlier compositions or a policy. A mid-epoch grouped state is per rank and
 // needs the same rank count and batch size (unlike UniformSampler's); an epoch-boundary state
-// resumes under any.
+// resumes under any, and a mid-epoch one on other ranks through resplit() with every old rank's
+// state: the epoch goes on with the pairs the old ranks had not drawn (the unselected part of
+// each one's current search space and its spaces not yet entered), each new rank taking those of
+// its block, shuffled (keyed apart from an ordinary epoch) and composed into search spaces of |M|
+// as usual; all ranks run G(the smallest block's share) batches. The state records the old ranks'
+// cursors, so the re-split epoch is itself resumable at the new rank count (not re-split again).
 //
 // Threads: with a fixed q or a schedule the sampler may run on the Prefetcher's thread (it touches
 // only its own members; S is built with torch on that thread, under NoGradGuard). With a QSource
@@ -102,6 +107,11 @@ class GroupedSampler : public data::Sampler {
   int64_t batches_per_epoch() const override;
   nlohmann::json state() const override;
   void load_state(const nlohmann::json& state) override;
+  // A grouped epoch stopped mid-way on other ranks: `old` holds every old rank's state(), in rank
+  // order (the same epoch, search space and seed; any rank count and batch size). Needs this
+  // epoch's embeddings of the new block (set_embeddings) first. Throws fnvlp::Error naming what
+  // does not fit, including a state that was itself re-split.
+  void resplit(const std::vector<nlohmann::json>& old);
 
   int64_t uniform_batches_per_epoch() const { return uniform_.batches_per_epoch(); }
   int64_t grouped_batches_per_epoch() const;
@@ -126,6 +136,7 @@ class GroupedSampler : public data::Sampler {
  private:
   int64_t search_spaces() const;
   void build_order();
+  void build_resplit_order();  // order_ and resplit_batches_ from resplit_
   void enter_space(int64_t space);
   uint64_t block_key(uint64_t tag) const;
 
@@ -148,6 +159,10 @@ class GroupedSampler : public data::Sampler {
   int64_t space_ = -1;          // current search space (-1: none entered yet)
   int64_t space_batches_ = 0;   // batches composed in it
   int64_t done_ = 0;            // batches handed out in this epoch
+  // A re-split epoch: the old ranks' count, batch size and cursors ({"space", "unselected"} per
+  // old rank); null otherwise. resplit_batches_: its batches on every rank.
+  nlohmann::json resplit_;
+  int64_t resplit_batches_ = 0;
   std::unique_ptr<SearchSpace> current_;
   ComposedBatch last_;
 };

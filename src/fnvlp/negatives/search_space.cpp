@@ -91,10 +91,10 @@ std::string SearchSpace::unselected_mask() const {
   return mask;
 }
 
-void SearchSpace::set_unselected_mask(const std::string& mask) {
-  FNVLP_CHECK(static_cast<int64_t>(mask.size()) == (size() + 3) / 4,
-              "unselected mask of " << mask.size() << " hex digits for a search space of " << size()
-                                    << " pairs (needs " << (size() + 3) / 4 << ")");
+std::vector<int64_t> SearchSpace::decode_unselected_mask(const std::string& mask, int64_t size) {
+  FNVLP_CHECK(static_cast<int64_t>(mask.size()) == (size + 3) / 4,
+              "unselected mask of " << mask.size() << " hex digits for a search space of " << size
+                                    << " pairs (needs " << (size + 3) / 4 << ")");
   std::vector<int64_t> u;
   for (size_t c = 0; c < mask.size(); ++c) {
     const char ch = mask[c];
@@ -105,12 +105,16 @@ void SearchSpace::set_unselected_mask(const std::string& mask) {
     for (int b = 0; b < 4; ++b) {
       if (!(v & (1 << b))) continue;
       const auto k = static_cast<int64_t>(4 * c) + b;
-      FNVLP_CHECK(k < size(), "unselected mask marks index " << k << " past the search space of "
-                                                             << size() << " pairs");
+      FNVLP_CHECK(k < size, "unselected mask marks index " << k << " past the search space of "
+                                                           << size << " pairs");
       u.push_back(k);
     }
   }
-  unselected_ = std::move(u);
+  return u;
+}
+
+void SearchSpace::set_unselected_mask(const std::string& mask) {
+  unselected_ = decode_unselected_mask(mask, size());
 }
 
 }  // namespace fnvlp::negatives

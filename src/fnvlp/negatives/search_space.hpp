@@ -52,6 +52,8 @@ class SearchSpace {
   // indices 4c..4c+3, least significant bit first), for a resumable sampler state.
   std::string unselected_mask() const;
   void set_unselected_mask(const std::string& mask);
+  // The local indices (ascending) a mask of a search space of `size` pairs marks unselected.
+  static std::vector<int64_t> decode_unselected_mask(const std::string& mask, int64_t size);
 
  private:
   void select(int64_t local);

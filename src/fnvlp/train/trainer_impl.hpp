@@ -135,8 +135,8 @@ class Trainer {
   // (continue_on_new_ranks re-splits it).
   void load_sampler_state(const std::string& dir, int world_size);
   // A checkpoint of another rank count, mid-epoch: the epoch goes on with the pairs it has not yet
-  // drawn, spread over the new blocks (UniformSampler's re-split; also a grouped method's uniform
-  // epoch 0). A grouped epoch's composition is per rank and cannot be re-split: that epoch
+  // drawn, spread over the new blocks (UniformSampler's re-split, also a grouped method's uniform
+  // epoch 0; GroupedSampler::resplit for a grouped epoch). A grouped epoch already re-split once
   // restarts, and a log line says so. Sets step_in_epoch_ so the epoch ends on an agreed count.
   void continue_on_new_ranks();
   // Steps of the whole run at `ranks` ranks of `batch` pairs: the learning-rate schedule's length
@@ -186,6 +186,7 @@ class Trainer {
   int64_t schedule_batch_ = 0;
   int64_t schedule_steps_ = 0;  // planned_steps(schedule_ranks_, schedule_batch_)
   int resplit_from_ = 0;  // the checkpoint's rank count when its epoch must be re-split (0: no)
+  std::vector<nlohmann::json> old_grouped_states_;  // every old rank's cursor, for resplit()
   int64_t step_ = 0;
   int64_t epoch_ = 0;
   int64_t step_in_epoch_ = 0;

@@ -251,6 +251,11 @@ void Trainer::load_sampler_state(const std::string& dir, int world_size) {
   if (sampler_state_.value("batch_size", cfg_.train.batch_size) != cfg_.train.batch_size)
     resplit_from_ = world_size;
   resume_in_epoch_ = resplit_from_ == 0;
+  // A grouped epoch is re-split from every old rank's cursor (a few numbers and a bitmask each).
+  if (resplit_from_ > 0 && sampler_state_.value("grouped", false))
+    for (int r = 0; r < world_size; ++r)
+      old_grouped_states_.push_back(
+          json::parse(read_file((fs::path(dir) / rank_file("sampler", r)).string())));
 }
 
 void Trainer::continue_on_new_ranks() {
@@ -265,25 +270,38 @@ void Trainer::continue_on_new_ranks() {
     step_in_epoch_ = 0;
     return;
   }
+  int64_t left = 0;
   if (sampler_state_.value("grouped", false)) {
-    if (comm_.is_root())
-      spdlog::warn(
-          "pretrain: the checkpoint of {} ranks stopped {} steps into grouped epoch {}, whose "
-          "batches each rank composed from its own block: they cannot be re-split over {} ranks, "
-          "so epoch {} restarts and the pairs of its first {} steps are drawn again",
-          from, loop_step_in_epoch_, epoch_, comm_.size(), epoch_, loop_step_in_epoch_);
-    sampler_state_ = nullptr;
-    step_in_epoch_ = 0;
-    return;
+    if (sampler_state_.contains("resplit")) {
+      // A second change of rank count within one grouped epoch: its cursors are those of the
+      // re-split segment, which resplit() does not take.
+      if (comm_.is_root())
+        spdlog::warn(
+            "pretrain: the checkpoint of {} ranks stopped {} steps into grouped epoch {}, "
+            "itself re-split from another rank count: epoch {} restarts on {} ranks and the "
+            "pairs of its first {} steps are drawn again",
+            from, loop_step_in_epoch_, epoch_, epoch_, comm_.size(), loop_step_in_epoch_);
+      sampler_state_ = nullptr;
+      step_in_epoch_ = 0;
+      return;
+    }
+    FNVLP_CHECK(grouped_ != nullptr,
+                "pretrain: the checkpoint holds a grouped sampler state and "
+                "this run's sampler does not group");
+    grouped_->resplit(old_grouped_states_);
+    old_grouped_states_.clear();
+    left = grouped_->grouped_batches_per_epoch();
+    sampler_state_ = sampler_->state();
+  } else {
+    sampler_->load_state(sampler_state_);
+    sampler_state_ = sampler_->state();
+    // The epoch's batches left, from the re-split state (a grouped sampler's uniform epoch keeps
+    // its UniformSampler's state under "uniform").
+    data::UniformSampler split(partition_, cfg_.train.batch_size, seed(), comm_.rank());
+    split.load_state(sampler_state_.contains("uniform") ? sampler_state_.at("uniform")
+                                                        : sampler_state_);
+    left = split.batches_remaining();
   }
-  sampler_->load_state(sampler_state_);
-  sampler_state_ = sampler_->state();
-  // The epoch's batches left, from the re-split state (a grouped sampler's uniform epoch keeps
-  // its UniformSampler's state under "uniform").
-  data::UniformSampler split(partition_, cfg_.train.batch_size, seed(), comm_.rank());
-  split.load_state(sampler_state_.contains("uniform") ? sampler_state_.at("uniform")
-                                                      : sampler_state_);
-  const int64_t left = split.batches_remaining();
   FNVLP_CHECK(left >= 0 && left <= epoch_steps(epoch_),
               "pretrain: the sampler state of "
                   << from << " ranks leaves " << left << " batches of epoch " << epoch_ << " on "
