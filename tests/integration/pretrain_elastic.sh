@@ -15,7 +15,7 @@
 #   - the learning rate of every step of both runs is the schedule as a function of the samples
 #     seen (warm-up and cosine in steps of the first launch's global batch, 16 x R);
 #   - the run ends where its epochs end at R' ranks, and says that epoch 0 continued.
-# And GRIT's grouped sampler (with GloFND) across two rank changes (below).
+# And GRIT's grouped sampler (with GloFND) across two rank changes, FALCON across one (below).
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
 py=/usr/bin/python3
@@ -177,4 +177,25 @@ for side in ("image", "text"):
         f"{side}: state of the pairs drawn in epoch 1 before the stop changed across the resume"
 print(f"ok   grit: epoch 0 continued at 1 rank, grouped epoch 1 continued at 2 ranks ({end1 - 30} steps, "
       f"none twice, earlier draws' state bitwise), ended at step {max(m)}; lr = schedule(samples) throughout")
+PY
+
+# FALCON (2 epochs, refresh embeddings): 1 rank stopped 8 steps into grouped epoch 1, 2 ranks to
+# the end: the grouped epoch continues, rank 0's policy and baseline stand in for the new rank's
+# (a warning says so), and the two policy replicas stay equal.
+echo "== falcon: 1 rank -> 2 ranks in grouped epoch 1"
+f=$work/falcon
+falcon=(--set sampler.search_space=128 --set sampler.kind=falcon --set train.epochs=2
+        --set train.export_embeddings=true)
+[ "$(pretrain 1 "$f" "${falcon[@]}" --set fault.stop_step=41)" = 3 ] || fail "falcon: no stop at 41"
+mv "$f.log" "$f.1.log"
+[ "$(pretrain 2 "$f" "${falcon[@]}" --resume auto)" = 0 ] || fail "falcon: the 2-rank run did not complete"
+grep -q "continues on 2 ranks" "$f.log" || fail "falcon: grouped epoch 1 did not continue on 2 ranks"
+grep -q "falcon: checkpoint of 1 ranks resumed on 2" "$f.log" || fail "falcon: no warning about its baseline"
+"$py" - "$f" <<'PY'
+import json, sys
+m = [r for r in map(json.loads, open(sys.argv[1] + "/metrics.jsonl")) if "itc" in r]
+after = [r for r in m if r["step"] > 41]
+assert after and all(r["epoch"] == 1 for r in after), "the resumed run left epoch 1"
+assert all(r["falcon_policy_replicas_equal"] is True and 0 < r["q_mean"] < 1 for r in after)
+print(f"ok   falcon: grouped epoch 1 continued on 2 ranks for {len(after)} steps, policy replicas equal")
 PY
