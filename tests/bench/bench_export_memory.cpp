@@ -23,16 +23,11 @@
 #include "fnvlp/data/sampler.hpp"
 #include "fnvlp/store/checkpoint.hpp"
 #include "fnvlp/train/embed_export.hpp"
+#include "proc_status.hpp"
 
 namespace {
 
-double status_mib(const char* key) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind(key, 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;
-  return -1;
-}
+using fnvlp::bench::status_mib;
 
 // Measures fn: peak resident growth (MiB) and seconds, collective.
 struct Phase {

@@ -13,21 +13,11 @@
 
 #include "../unit/data/whole_pool_replay.hpp"
 #include "fnvlp/data/sampler.hpp"
-
-namespace {
-
-double status_mib(const char* key) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind(key, 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;
-  return -1;
-}
-
-}  // namespace
+#include "proc_status.hpp"
 
 int main(int argc, char** argv) {
   using namespace fnvlp::data;
+  using fnvlp::bench::status_mib;
   if (argc < 5) {
     std::fprintf(stderr, "usage: %s N R_OLD R_NEW BATCH [--whole-pool]\n", argv[0]);
     return 2;
