@@ -77,6 +77,7 @@ for run in ("stopped", "a"):
     m = {r["step"]: r for r in recs if "itc" in r}
     assert sorted(m) == list(range(1, max(m) + 1)), f"{run}: steps logged {sorted(m)[:5]}..."
     for k, r in m.items():
+        assert r["samples"] == samples_before(k + 1), f"{run} step {k}: samples {r['samples']} != {samples_before(k + 1)}"
         want = lr_at(samples_before(k) / (B * R))
         assert abs(r["lr"] - want) <= 1e-12 * want, f"{run} step {k}: lr {r['lr']} != schedule {want}"
         assert math.isfinite(r["loss"]), f"{run} step {k}: loss {r['loss']}"
@@ -157,6 +158,7 @@ assert [m[k]["epoch"] for k in (stop + 1, end0, end0 + 1, end1, end1 + 1)] == [0
 samples, first = 0, 1
 for last, gb in segments:
     for k in range(first, last + 1):
+        assert m[k]["samples"] == samples + gb, f"step {k}: samples {m[k]['samples']} != {samples + gb}"
         s = samples / (2 * B)
         want = base * (s + 1) / warmup if s < warmup else lo + (base - lo) * 0.5 * (1 + math.cos(math.pi * min(1.0, (s - warmup) / (T0 - warmup))))
         assert abs(m[k]["lr"] - want) <= 1e-12 * want, f"step {k}: lr {m[k]['lr']} != {want}"

@@ -461,6 +461,7 @@ data::Batch Trainer::on_device(const data::Batch& batch) const {
 void Trainer::log_progress(MetricsWriter& metrics, const BatchSource& loader) {
   json m = telemetry_.window_metrics(step_, epoch_, last_lr_, model_->temp().item<double>(),
                                      loader.wait_fraction(), skips_.total(), clock_);
+  m["samples"] = samples_seen_;  // what the schedule counts: continuous across rank counts
   for (auto& method : methods_) method->telemetry(m);
   telemetry_.finish_window(metrics, m);
 }
