@@ -35,6 +35,16 @@ uint64_t fingerprint(const torch::Tensor& img, const torch::Tensor& txt) {
   return h;
 }
 
+// An ordinary grouped epoch's order of `block` (cut into search spaces of |M| consecutive pairs).
+std::vector<int64_t> space_order(uint64_t seed, int64_t epoch, data::PairRange block) {
+  std::vector<int64_t> order(static_cast<size_t>(block.size()));
+  for (int64_t k = 0; k < block.size(); ++k) order[static_cast<size_t>(k)] = block.begin + k;
+  data::shuffle(
+      order, data::hash_key({seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(block.begin),
+                             static_cast<uint64_t>(block.end), kTagSpaces}));
+  return order;
+}
+
 json stats_json(const ValueStats& s) {
   if (s.n == 0) return {{"n", 0}};
   return {{"n", s.n}, {"mean", s.mean}, {"p5", s.p5}, {"p95", s.p95}};
@@ -143,11 +153,7 @@ void GroupedSampler::clear_embeddings() {
   emb_fingerprint_ = 0;
 }
 
-void GroupedSampler::build_order() {
-  order_.resize(static_cast<size_t>(block_.size()));
-  for (int64_t k = 0; k < block_.size(); ++k) order_[static_cast<size_t>(k)] = block_.begin + k;
-  data::shuffle(order_, block_key(kTagSpaces));
-}
+void GroupedSampler::build_order() { order_ = space_order(seed_, epoch_, block_); }
 
 void GroupedSampler::start_epoch(int64_t epoch) {
   FNVLP_CHECK(epoch >= 0, "epoch must be non-negative, got " << epoch);
@@ -256,15 +262,11 @@ namespace {
 
 // The pairs old rank `rank` (of `p`) had not drawn in its grouped epoch: the unselected members of
 // its current search space and every space it had not entered, sorted. Its search spaces are those
-// of an ordinary epoch (build_order's shuffle of its block).
+// of an ordinary epoch (space_order of its block).
 std::vector<int64_t> undrawn(const data::BlockPartition& p, int rank, const json& st, uint64_t seed,
                              int64_t epoch, int64_t search_space) {
   const data::PairRange b = p.block(rank);
-  std::vector<int64_t> order(static_cast<size_t>(b.size()));
-  for (int64_t k = 0; k < b.size(); ++k) order[static_cast<size_t>(k)] = b.begin + k;
-  data::shuffle(order,
-                data::hash_key({seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(b.begin),
-                                static_cast<uint64_t>(b.end), kTagSpaces}));
+  const std::vector<int64_t> order = space_order(seed, epoch, b);
   const int64_t space = st.at("space").get<int64_t>();
   std::vector<int64_t> out;
   int64_t next = 0;

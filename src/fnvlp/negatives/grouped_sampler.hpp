@@ -119,6 +119,10 @@ class GroupedSampler : public data::Sampler {
     return grouped ? grouped_batches_per_epoch() : uniform_batches_per_epoch();
   }
 
+  // Batches left in the current epoch (a uniform one: its UniformSampler's).
+  int64_t batches_remaining() const {
+    return grouped_ ? grouped_batches_per_epoch() - done_ : uniform_.batches_remaining();
+  }
   bool grouped() const { return grouped_; }  // the current epoch is grouped
   int64_t epoch() const { return epoch_; }
   double epoch_q() const;  // the fixed / scheduled q of the current grouped epoch (NaN: uniform)

@@ -270,7 +270,6 @@ void Trainer::continue_on_new_ranks() {
     step_in_epoch_ = 0;
     return;
   }
-  int64_t left = 0;
   if (sampler_state_.value("grouped", false)) {
     if (sampler_state_.contains("resplit")) {
       // A second change of rank count within one grouped epoch: its cursors are those of the
@@ -290,18 +289,11 @@ void Trainer::continue_on_new_ranks() {
                 "this run's sampler does not group");
     grouped_->resplit(old_grouped_states_);
     old_grouped_states_.clear();
-    left = grouped_->grouped_batches_per_epoch();
-    sampler_state_ = sampler_->state();
   } else {
     sampler_->load_state(sampler_state_);
-    sampler_state_ = sampler_->state();
-    // The epoch's batches left, from the re-split state (a grouped sampler's uniform epoch keeps
-    // its UniformSampler's state under "uniform").
-    data::UniformSampler split(partition_, cfg_.train.batch_size, seed(), comm_.rank());
-    split.load_state(sampler_state_.contains("uniform") ? sampler_state_.at("uniform")
-                                                        : sampler_state_);
-    left = split.batches_remaining();
   }
+  sampler_state_ = sampler_->state();
+  const int64_t left = uniform_ ? uniform_->batches_remaining() : grouped_->batches_remaining();
   FNVLP_CHECK(left >= 0 && left <= epoch_steps(epoch_),
               "pretrain: the sampler state of "
                   << from << " ranks leaves " << left << " batches of epoch " << epoch_ << " on "
