@@ -170,10 +170,11 @@ Embeddings read_embedding_rows(const std::string& path, int64_t first, int64_t n
 }
 
 struct EmbeddingsFile::Impl {
-  h5::Handle file, image, text, lam_image, lam_text;
+  h5::Handle file, image, text, lam_image, lam_text, image_id, label;
 };
 
-EmbeddingsFile::EmbeddingsFile(const std::string& path) : impl_(new Impl), path_(path) {
+EmbeddingsFile::EmbeddingsFile(const std::string& path, Columns columns)
+    : impl_(new Impl), path_(path), in_memory_(columns == Columns::kInMemory) {
   try {
     std::lock_guard<std::mutex> lock(h5::global_mutex());
     impl_->file = h5::open_file(path);
@@ -191,16 +192,39 @@ EmbeddingsFile::EmbeddingsFile(const std::string& path) : impl_(new Impl), path_
                 path << ": image_emb and text_emb must both be [N, D] with the same shape");
     n_ = static_cast<int64_t>(shape[0]);
     dim_ = static_cast<int64_t>(shape[1]);
-    const auto pair_id = h5::read_dataset<int64_t>(f, "pair_id", path);
-    image_id_ = h5::read_dataset<int64_t>(f, "image_id", path);
-    label_ = h5::read_dataset<int32_t>(f, "label", path);
-    FNVLP_CHECK(static_cast<int64_t>(pair_id.size()) == n_ &&
-                    static_cast<int64_t>(image_id_.size()) == n_ &&
-                    static_cast<int64_t>(label_.size()) == n_,
-                path << ": pair_id/image_id/label do not match " << n_ << " rows");
-    for (int64_t i = 0; i < n_; ++i)
-      FNVLP_CHECK(pair_id[static_cast<size_t>(i)] == i,
-                  path << ":/pair_id is not 0..N-1 at row " << i);
+    impl_->image_id = h5::open_dataset(f, "image_id", path);
+    impl_->label = h5::open_dataset(f, "label", path);
+    h5::Handle pair_id = h5::open_dataset(f, "pair_id", path);
+    for (const auto& [ds, name] : {std::pair<hid_t, const char*>{pair_id, "pair_id"},
+                                   {impl_->image_id, "image_id"},
+                                   {impl_->label, "label"}}) {
+      const auto d = h5::dims(ds, path + ":/" + name);
+      FNVLP_CHECK(
+          d.size() == 1 && static_cast<int64_t>(d[0]) == n_,
+          path << ": pair_id/image_id/label do not match " << n_ << " rows (/" << name << ")");
+    }
+    // pair_id in pieces: a streamed reader holds O(piece), not O(N).
+    constexpr int64_t kPiece = int64_t{1} << 20;
+    std::vector<int64_t> ids(static_cast<size_t>(std::min(n_, kPiece)));
+    for (int64_t r0 = 0; r0 < n_; r0 += kPiece) {
+      const int64_t rn = std::min(kPiece, n_ - r0);
+      h5::read_rows(pair_id, H5T_NATIVE_INT64, ids.data(), static_cast<hsize_t>(r0),
+                    static_cast<hsize_t>(rn), path + ":/pair_id");
+      for (int64_t i = 0; i < rn; ++i)
+        FNVLP_CHECK(ids[static_cast<size_t>(i)] == r0 + i,
+                    path << ":/pair_id is not 0..N-1 at row " << r0 + i);
+    }
+    pair_id.close(path + ":/pair_id");
+    if (in_memory_) {
+      image_id_.resize(static_cast<size_t>(n_));
+      label_.resize(static_cast<size_t>(n_));
+      if (n_ > 0) {
+        h5::read_rows(impl_->image_id, H5T_NATIVE_INT64, image_id_.data(), 0,
+                      static_cast<hsize_t>(n_), path + ":/image_id");
+        h5::read_rows(impl_->label, H5T_NATIVE_INT32, label_.data(), 0, static_cast<hsize_t>(n_),
+                      path + ":/label");
+      }
+    }
     has_lambda_ = h5::exists(f, "glofnd_lambda_image");
     if (has_lambda_) {
       impl_->lam_image = h5::open_dataset(f, "glofnd_lambda_image", path);
@@ -234,6 +258,22 @@ void EmbeddingsFile::read_emb(bool image, int64_t row, int64_t n, float* out,
   h5::read_rows(image ? impl_->image : impl_->text, H5T_NATIVE_FLOAT, out,
                 static_cast<hsize_t>(row), static_cast<hsize_t>(n),
                 path_ + (image ? ":/image_emb" : ":/text_emb"), static_cast<hsize_t>(stride));
+}
+
+void EmbeddingsFile::read_columns(int64_t row, int64_t n, int64_t* image_id, int32_t* label) const {
+  FNVLP_CHECK(row >= 0 && n >= 0 && row + n <= n_,
+              path_ << ": rows [" << row << ", " << row + n << ") outside [0, " << n_ << ")");
+  if (n == 0) return;
+  if (in_memory_) {
+    std::copy_n(image_id_.data() + row, n, image_id);
+    std::copy_n(label_.data() + row, n, label);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(h5::global_mutex());
+  h5::read_rows(impl_->image_id, H5T_NATIVE_INT64, image_id, static_cast<hsize_t>(row),
+                static_cast<hsize_t>(n), path_ + ":/image_id");
+  h5::read_rows(impl_->label, H5T_NATIVE_INT32, label, static_cast<hsize_t>(row),
+                static_cast<hsize_t>(n), path_ + ":/label");
 }
 
 void EmbeddingsFile::read_lambda(bool image, int64_t row, int64_t n, float* out) const {

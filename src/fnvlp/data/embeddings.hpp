@@ -28,9 +28,13 @@ struct Embeddings {
 
 // Streaming access for readers that must not hold N x D in memory (fnvlp-simstat): validates the
 // schema, shapes and pair_id order on open; embeddings are read a block of rows at a time.
+// image_id and label are read whole on open (offline tools), or, with kStreamed, never whole:
+// pair_id is validated in pieces and read_columns() reads the rows asked for (a training rank,
+// which must hold O(N / R) only).
 class EmbeddingsFile {
  public:
-  explicit EmbeddingsFile(const std::string& path);
+  enum class Columns { kInMemory, kStreamed };
+  explicit EmbeddingsFile(const std::string& path, Columns columns = Columns::kInMemory);
   ~EmbeddingsFile();
   EmbeddingsFile(const EmbeddingsFile&) = delete;
   EmbeddingsFile& operator=(const EmbeddingsFile&) = delete;
@@ -40,8 +44,11 @@ class EmbeddingsFile {
   int64_t dim() const { return dim_; }
   int64_t epoch() const { return epoch_; }
   int64_t step() const { return step_; }
+  // Every row's image_id / label (kInMemory; empty when kStreamed).
   const std::vector<int64_t>& image_id() const { return image_id_; }
   const std::vector<int32_t>& label() const { return label_; }
+  // Rows [row, row + n) of image_id and label into image_id and label (n each), either mode.
+  void read_columns(int64_t row, int64_t n, int64_t* image_id, int32_t* label) const;
   bool has_lambda() const { return has_lambda_; }
   // Rows row, row + stride, ... (n rows) of image_emb (image = true) or text_emb into out
   // (n * dim floats).
@@ -55,6 +62,7 @@ class EmbeddingsFile {
   std::string path_;
   int64_t n_ = 0, dim_ = 0, epoch_ = 0, step_ = 0;
   bool has_lambda_ = false;
+  bool in_memory_ = true;
   std::vector<int64_t> image_id_;
   std::vector<int32_t> label_;
 };

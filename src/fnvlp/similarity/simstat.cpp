@@ -14,6 +14,7 @@
 #include <numeric>
 #include <random>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "fnvlp/data/embeddings.hpp"
 #include "fnvlp/data/h5.hpp"
@@ -30,6 +31,21 @@ template <typename Space, typename T>
 auto to_space(const std::vector<T>& v) {
   return Kokkos::create_mirror_view_and_copy(Mem<Space>(),
                                              HostUnmanaged1<const T>(v.data(), v.size()));
+}
+
+// Rows [0, n) of a host column where the kernels read it: the vector itself on a host space, else
+// a copy into `dev` (allocated once for the largest tile).
+template <typename Space, typename T>
+auto tile_view(const std::vector<T>& host, int64_t n, const View1<T, Space>& dev) {
+  const HostUnmanaged1<const T> h(host.data(), static_cast<size_t>(n));
+  if constexpr (kOnHost<Space>) {
+    (void)dev;
+    return h;
+  } else {
+    const auto d = Kokkos::subview(dev, std::make_pair(int64_t{0}, n));
+    Kokkos::deep_copy(d, h);
+    return d;
+  }
 }
 
 template <typename View>
@@ -79,18 +95,18 @@ struct ColumnGroups {
   }
 };
 
-ColumnGroups group_columns(const std::vector<int64_t>& key) {
+// Groups (key, column) pairs collected in ascending column order: a stable sort by key keeps each
+// group's columns sorted.
+ColumnGroups group_columns(std::vector<std::pair<int64_t, int64_t>> keyed) {
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
   ColumnGroups g;
-  g.cols.resize(key.size());
-  std::iota(g.cols.begin(), g.cols.end(), int64_t{0});
-  std::stable_sort(g.cols.begin(), g.cols.end(), [&](int64_t a, int64_t b) {
-    return key[static_cast<size_t>(a)] < key[static_cast<size_t>(b)];
-  });
-  const auto n = static_cast<int64_t>(g.cols.size());
+  const auto n = static_cast<int64_t>(keyed.size());
+  g.cols.resize(keyed.size());
   for (int64_t b = 0, e; b < n; b = e) {
-    const int64_t v = key[static_cast<size_t>(g.cols[static_cast<size_t>(b)])];
-    for (e = b + 1; e < n && key[static_cast<size_t>(g.cols[static_cast<size_t>(e)])] == v; ++e) {
-    }
+    const int64_t v = keyed[static_cast<size_t>(b)].first;
+    for (e = b; e < n && keyed[static_cast<size_t>(e)].first == v; ++e)
+      g.cols[static_cast<size_t>(e)] = keyed[static_cast<size_t>(e)].second;
     g.range[v] = {b, e};
   }
   return g;
@@ -105,24 +121,21 @@ ColumnGroups group_columns(const std::vector<int64_t>& key) {
 // about 4e-9 at mu = 20 (alpha = 1%, m = 2048) and z = 7. -inf when the sample has fewer than r
 // negatives of the anchor. sims_of(r0, nr, out) writes anchors [r0, r0 + nr)'s similarities to the
 // sample (nr x m, nr <= kGemmRows) as the stream computes them, so that tau0 is a value it sees.
+// `ids` are the sample's image_ids, `self` the anchors'.
 using SampleSims = std::function<void(int64_t r0, int64_t nr, float* out)>;
-std::vector<float> start_thresholds(int64_t rows, int64_t row0, const SampleSims& sims_of,
-                                    const std::vector<int64_t>& cols,
-                                    const std::vector<int64_t>& image_id, const int64_t* k,
-                                    const int64_t* n_neg, double z) {
-  const auto m = static_cast<int64_t>(cols.size());
+std::vector<float> start_thresholds(int64_t rows, const SampleSims& sims_of,
+                                    const std::vector<int64_t>& ids, const int64_t* self_ids,
+                                    const int64_t* k, const int64_t* n_neg, double z) {
+  const auto m = static_cast<int64_t>(ids.size());
   std::vector<float> tau0(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity());
   std::vector<float> sims(static_cast<size_t>(kGemmRows * m)), heap;
-  std::vector<int64_t> ids(static_cast<size_t>(m));
-  for (int64_t j = 0; j < m; ++j)
-    ids[static_cast<size_t>(j)] = image_id[static_cast<size_t>(cols[static_cast<size_t>(j)])];
   const std::greater<float> above;
   for (int64_t r0 = 0; r0 < rows; r0 += kGemmRows) {
     const int64_t nr = std::min(kGemmRows, rows - r0);
     sims_of(r0, nr, sims.data());
     for (int64_t i = r0; i < r0 + nr; ++i) {
       if (k[i] == 0) continue;
-      const int64_t self = image_id[static_cast<size_t>(row0 + i)];
+      const int64_t self = self_ids[i];
       const float* s = sims.data() + (i - r0) * m;
       int64_t m_i = 0;
       for (int64_t j = 0; j < m; ++j) m_i += ids[static_cast<size_t>(j)] != self;
@@ -238,53 +251,89 @@ namespace {
 template <typename Space, bool kGeneric>
 RowStats anchor_stats_on(const float* anchors, int64_t row0, int64_t rows, int64_t dim,
                          const CandidateReader& read_candidates, int64_t n_cols,
-                         const std::vector<int64_t>& image_id, const std::vector<int32_t>& label,
-                         const std::vector<int64_t>& batch, const float* lambda, const Params& p,
+                         const ColumnReader& read_columns, const float* lambda, const Params& p,
                          const StridedReader& read_strided) {
   constexpr bool kFast = !kGeneric && kOnHost<Space>;
   check_params(p, dim);
   FNVLP_CHECK(Kokkos::is_initialized(), "anchor_stats needs Kokkos (a KokkosRuntime in main)");
-  FNVLP_CHECK(static_cast<int64_t>(image_id.size()) == n_cols &&
-                  static_cast<int64_t>(label.size()) == n_cols &&
-                  static_cast<int64_t>(batch.size()) == n_cols,
-              "image_id/label/batch must cover all " << n_cols << " candidates");
   FNVLP_CHECK(row0 >= 0 && rows >= 0 && row0 + rows <= n_cols, "anchor rows outside the pairs");
   FNVLP_CHECK(n_cols < (int64_t{1} << 31), "histogram counts are int32: at most 2^31 candidates");
   RowStats out;
   out.row0 = row0;
   out.rows = rows;
   out.m = p.quantiles;
+  const int64_t tile = std::min(p.tile, std::max<int64_t>(n_cols, 1));
+  // The columns of the current tile (and first of the anchors themselves).
+  std::vector<int64_t> tile_id(static_cast<size_t>(std::max(tile, rows)));
+  std::vector<int32_t> tile_label(tile_id.size());
+  std::vector<int64_t> tile_batch(tile_id.size());
+  std::vector<int64_t> a_id(static_cast<size_t>(rows)), a_batch(a_id.size());
+  std::vector<int32_t> a_label(a_id.size());
+  if (rows > 0) read_columns(row0, rows, a_id.data(), a_label.data(), a_batch.data());
 
-  // Negatives and same-label negatives per anchor, from id and label counts (no pass needed).
+  // One pass over the columns' ids, labels and batches, a tile at a time: the anchors' negatives
+  // and same-label negatives (counts of their own ids and labels only), their positives and FNC
+  // batches as column lists, and the starting-threshold sample's ids (candidates 0, stride, ...).
+  const int64_t m = p.gemm_only || rows == 0 ? 0 : start_sample_size(p, n_cols);
+  const int64_t stride = m > 0 ? n_cols / m : 1;
+  std::vector<int64_t> sample_ids(static_cast<size_t>(m));
   std::unordered_map<int64_t, int64_t> per_id;
   std::unordered_map<int32_t, int64_t> per_label;
   std::map<std::pair<int64_t, int32_t>, int64_t> per_id_label;
-  for (int64_t j = 0; j < n_cols; ++j) {
-    const auto u = static_cast<size_t>(j);
-    ++per_id[image_id[u]];
-    if (label[u] >= 0) {
-      ++per_label[label[u]];
-      ++per_id_label[{image_id[u], label[u]}];
+  std::unordered_set<int64_t> own_batches;
+  for (int64_t i = 0; i < rows; ++i) {
+    const auto u = static_cast<size_t>(i);
+    per_id[a_id[u]] = 0;
+    if (a_label[u] >= 0) {
+      per_label[a_label[u]] = 0;
+      per_id_label[{a_id[u], a_label[u]}] = 0;
+    }
+    if (a_batch[u] >= 0) own_batches.insert(a_batch[u]);
+  }
+  std::vector<std::pair<int64_t, int64_t>> pos_keyed, bat_keyed;  // (image_id | batch, column)
+  for (int64_t c0 = 0; rows > 0 && c0 < n_cols; c0 += tile) {
+    const int64_t tc = std::min(tile, n_cols - c0);
+    read_columns(c0, tc, tile_id.data(), tile_label.data(), tile_batch.data());
+    for (int64_t j = 0; j < tc; ++j) {
+      const auto u = static_cast<size_t>(j);
+      const int64_t c = c0 + j, id = tile_id[u];
+      const int32_t lab = tile_label[u];
+      const auto it = per_id.find(id);
+      if (it != per_id.end()) {
+        ++it->second;
+        pos_keyed.emplace_back(id, c);
+        if (lab >= 0) {
+          const auto il = per_id_label.find({id, lab});
+          if (il != per_id_label.end()) ++il->second;
+        }
+      }
+      if (lab >= 0) {
+        const auto il = per_label.find(lab);
+        if (il != per_label.end()) ++il->second;
+      }
+      if (tile_batch[u] >= 0 && own_batches.count(tile_batch[u]))
+        bat_keyed.emplace_back(tile_batch[u], c);
+      if (m > 0 && c % stride == 0 && c / stride < m)
+        sample_ids[static_cast<size_t>(c / stride)] = id;
     }
   }
   std::vector<int64_t> k(static_cast<size_t>(rows));
   int64_t k_max = 1;
   for (int64_t i = 0; i < rows; ++i) {
-    const auto g = static_cast<size_t>(row0 + i);
-    const int64_t n_neg = n_cols - per_id[image_id[g]];
+    const auto u = static_cast<size_t>(i);
+    const int64_t n_neg = n_cols - per_id[a_id[u]];
     const int64_t n_lab =
-        label[g] >= 0 ? per_label[label[g]] - per_id_label[{image_id[g], label[g]}] : 0;
+        a_label[u] >= 0 ? per_label[a_label[u]] - per_id_label[{a_id[u], a_label[u]}] : 0;
     out.n_neg.push_back(n_neg);
     out.n_label.push_back(n_lab);
-    k[static_cast<size_t>(i)] = target_rank(p.alpha, n_neg);
-    k_max = std::max(k_max, k[static_cast<size_t>(i)]);
+    k[u] = target_rank(p.alpha, n_neg);
+    k_max = std::max(k_max, k[u]);
   }
 
   // Block size from the memory budget: per row the histogram, the reservoir (capacity 2 k_max),
   // the FNC buffer and its embedding.
   const int64_t capacity = std::max<int64_t>(2 * k_max, 64);
   const int64_t fnc_cap = std::max<int64_t>(p.fnc_batch, 1);
-  const int64_t tile = std::min(p.tile, std::max<int64_t>(n_cols, 1));
   const int64_t per_row = 4 * p.bins + 5 * capacity + 5 * fnc_cap + 4 * dim + 128;
   const int64_t budget = p.memory_mb * (int64_t{1} << 20) - 4 * tile * dim;
   int64_t block = std::clamp<int64_t>(budget / per_row, 1, std::max<int64_t>(p.row_block, 1));
@@ -302,13 +351,18 @@ RowStats anchor_stats_on(const float* anchors, int64_t row0, int64_t rows, int64
   const Space space;
   ColumnGroups by_id, by_batch;
   if (!p.gemm_only) {
-    by_id = group_columns(image_id);
-    by_batch = group_columns(batch);
+    by_id = group_columns(std::move(pos_keyed));
+    by_batch = group_columns(std::move(bat_keyed));
   }
   std::vector<float> cand(static_cast<size_t>(tile * dim));
-  // Column ids, labels and groups where the kernels can read them (no copy on a host space).
-  const auto col_ids = to_space<Space>(image_id);
-  const auto col_labels = to_space<Space>(label);
+  // Column groups where the kernels can read them (no copy on a host space); a tile's ids and
+  // labels go through tile_view.
+  View1<int64_t, Space> tile_id_dev;
+  View1<int32_t, Space> tile_label_dev;
+  if constexpr (!kOnHost<Space>) {
+    tile_id_dev = View1<int64_t, Space>("fnvlp::similarity::tile_image_id", tile);
+    tile_label_dev = View1<int32_t, Space>("fnvlp::similarity::tile_label", tile);
+  }
   const auto pos_cols = to_space<Space>(by_id.cols);
   const auto bat_cols = to_space<Space>(by_batch.cols);
   RowState<Space> st;
@@ -344,19 +398,14 @@ RowStats anchor_stats_on(const float* anchors, int64_t row0, int64_t rows, int64
 
   check_finite(anchors, rows, dim, row0, "anchor");
   // The starting-threshold sample: candidates 0, stride, 2 stride, ...
-  const int64_t m = p.gemm_only || rows == 0 ? 0 : start_sample_size(p, n_cols);
   std::vector<float> sample(static_cast<size_t>(m * dim));
-  std::vector<int64_t> sample_cols(static_cast<size_t>(m));
   if (m > 0) {
-    const int64_t stride = n_cols / m;
     if (read_strided)
       read_strided(0, stride, m, sample.data());
     else
       for (int64_t j = 0; j < m; ++j) read_candidates(j * stride, 1, sample.data() + j * dim);
-    for (int64_t j = 0; j < m; ++j) {
-      sample_cols[static_cast<size_t>(j)] = j * stride;
+    for (int64_t j = 0; j < m; ++j)
       check_finite(sample.data() + j * dim, 1, dim, j * stride, "candidate");
-    }
   }
   out.start_sample = m;
   // The sample's similarities, from the same GEMM as the stream's (kernels.hpp: dot_in_double on
@@ -378,14 +427,14 @@ RowStats anchor_stats_on(const float* anchors, int64_t row0, int64_t rows, int64
                         HostUnmanaged2<const float>(anchors + b0 * dim, static_cast<size_t>(rb),
                                                     static_cast<size_t>(dim)));
     if (!p.gemm_only) {
-      upload<int64_t>(st.image_id, image_id.data() + row0 + b0, rb);
-      upload<int32_t>(st.label, label.data() + row0 + b0, rb);
+      upload<int64_t>(st.image_id, a_id.data() + b0, rb);
+      upload<int32_t>(st.label, a_label.data() + b0, rb);
       upload<int64_t>(st.k, k.data() + b0, rb);
       upload<float>(st.lambda, lambda ? lambda + b0 : no_lambda.data(), rb);
       std::vector<int64_t> ranges(static_cast<size_t>(4 * rb));
       for (int64_t i = 0; i < rb; ++i) {
-        const auto g = static_cast<size_t>(row0 + b0 + i);
-        const auto pos = by_id.of(image_id[g]), bat = by_batch.of(batch[g]);
+        const auto g = static_cast<size_t>(b0 + i);
+        const auto pos = by_id.of(a_id[g]), bat = by_batch.of(a_batch[g]);
         ranges[static_cast<size_t>(i)] = pos.first;
         ranges[static_cast<size_t>(rb + i)] = pos.second;
         ranges[static_cast<size_t>(2 * rb + i)] = bat.first;
@@ -408,7 +457,7 @@ RowStats anchor_stats_on(const float* anchors, int64_t row0, int64_t rows, int64
       }
     };
     if (m > 0)
-      tau0 = start_thresholds(rb, row0 + b0, sims_of, sample_cols, image_id, k.data() + b0,
+      tau0 = start_thresholds(rb, sims_of, sample_ids, a_id.data() + b0, k.data() + b0,
                               out.n_neg.data() + b0, p.start_sigmas);
     for (int pass = 0;; ++pass) {
       if (!p.gemm_only) {
@@ -419,6 +468,10 @@ RowStats anchor_stats_on(const float* anchors, int64_t row0, int64_t rows, int64
         const int64_t tc = std::min(tile, n_cols - c0);
         read_candidates(c0, tc, cand.data());
         if (b0 == 0 && pass == 0) check_finite(cand.data(), tc, dim, c0, "candidate");
+        if (!p.gemm_only)
+          read_columns(c0, tc, tile_id.data(), tile_label.data(), tile_batch.data());
+        const auto col_ids = tile_view<Space>(tile_id, tc, tile_id_dev);
+        const auto col_labels = tile_view<Space>(tile_label, tc, tile_label_dev);
         if constexpr (kFast) {
           // Each GEMM block is folded into the row state while it is in cache: no rows x tile
           // matrix goes through memory.
@@ -430,7 +483,7 @@ RowStats anchor_stats_on(const float* anchors, int64_t row0, int64_t rows, int64
                                                static_cast<size_t>(kGemmRows),
                                                static_cast<size_t>(kGemmCols));
                 const int64_t cj = c0 + j0;
-                const auto cols = std::make_pair(cj, cj + nc);
+                const auto cols = std::make_pair(j0, j0 + nc);
                 accumulate_tile(space, sv, nc, cj, Kokkos::subview(col_ids, cols),
                                 Kokkos::subview(col_labels, cols), pos_cols, bat_cols, st, r0, nr,
                                 co);
@@ -440,7 +493,7 @@ RowStats anchor_stats_on(const float* anchors, int64_t row0, int64_t rows, int64
           Kokkos::deep_copy(first_rows(c_dev, tc),
                             HostUnmanaged2<const float>(cand.data(), static_cast<size_t>(tc),
                                                         static_cast<size_t>(dim)));
-          const auto cols = std::make_pair(c0, c0 + tc);
+          const auto cols = std::make_pair(int64_t{0}, tc);
           const int64_t off = c0 % kChunk;
           const auto s2 = Kokkos::subview(s_dev, 0, Kokkos::ALL, std::make_pair(off, off + tc));
           const auto step = static_cast<int64_t>(s_dev.extent(1));
@@ -503,14 +556,31 @@ RowStats anchor_stats_on(const float* anchors, int64_t row0, int64_t rows, int64
 
 RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t dim,
                       const CandidateReader& read_candidates, int64_t n_cols,
-                      const std::vector<int64_t>& image_id, const std::vector<int32_t>& label,
-                      const std::vector<int64_t>& batch, const float* lambda, const Params& p,
+                      const ColumnReader& read_columns, const float* lambda, const Params& p,
                       const StridedReader& read_strided) {
   return p.generic_path
              ? anchor_stats_on<ExecSpace, true>(anchors, row0, rows, dim, read_candidates, n_cols,
-                                                image_id, label, batch, lambda, p, read_strided)
+                                                read_columns, lambda, p, read_strided)
              : anchor_stats_on<ExecSpace, false>(anchors, row0, rows, dim, read_candidates, n_cols,
-                                                 image_id, label, batch, lambda, p, read_strided);
+                                                 read_columns, lambda, p, read_strided);
+}
+
+RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t dim,
+                      const CandidateReader& read_candidates, int64_t n_cols,
+                      const std::vector<int64_t>& image_id, const std::vector<int32_t>& label,
+                      const std::vector<int64_t>& batch, const float* lambda, const Params& p,
+                      const StridedReader& read_strided) {
+  FNVLP_CHECK(static_cast<int64_t>(image_id.size()) == n_cols &&
+                  static_cast<int64_t>(label.size()) == n_cols &&
+                  static_cast<int64_t>(batch.size()) == n_cols,
+              "image_id/label/batch must cover all " << n_cols << " candidates");
+  const ColumnReader columns = [&](int64_t c0, int64_t n, int64_t* id, int32_t* lab, int64_t* bat) {
+    std::copy_n(image_id.data() + c0, n, id);
+    std::copy_n(label.data() + c0, n, lab);
+    std::copy_n(batch.data() + c0, n, bat);
+  };
+  return anchor_stats(anchors, row0, rows, dim, read_candidates, n_cols, columns, lambda, p,
+                      read_strided);
 }
 
 std::string resolve_lambda_source(const std::string& from) {
@@ -695,7 +765,7 @@ ExactThresholds exact_thresholds(const std::string& embeddings, int64_t row0, in
                                  double alpha) {
   static const KokkosRuntime runtime;  // no-op when the job initialised Kokkos itself
   (void)runtime;
-  const data::EmbeddingsFile file(embeddings);
+  const data::EmbeddingsFile file(embeddings, data::EmbeddingsFile::Columns::kStreamed);
   const int64_t n = file.size(), dim = file.dim();
   FNVLP_CHECK(row0 >= 0 && rows >= 0 && row0 + rows <= n,
               embeddings << ": anchors [" << row0 << ", " << row0 + rows << ") outside its " << n
@@ -704,7 +774,11 @@ ExactThresholds exact_thresholds(const std::string& embeddings, int64_t row0, in
   p.alpha = alpha;
   p.quantiles = 2;  // only the thresholds are kept
   p.fnc_batch = 0;
-  const std::vector<int64_t> no_batches = fnc_batches(n, 0, 0);
+  const ColumnReader columns = [&](int64_t c0, int64_t cn, int64_t* id, int32_t* lab,
+                                   int64_t* bat) {
+    file.read_columns(c0, cn, id, lab);
+    std::fill_n(bat, cn, int64_t{-1});
+  };
   ExactThresholds out;
   for (const auto& m : kModalities) {
     std::vector<float> anchors(static_cast<size_t>(rows * dim));
@@ -717,8 +791,7 @@ ExactThresholds exact_thresholds(const std::string& embeddings, int64_t row0, in
     };
     RowStats s;
     try {
-      s = anchor_stats(anchors.data(), row0, rows, dim, reader, n, file.image_id(), file.label(),
-                       no_batches, nullptr, p, strided);
+      s = anchor_stats(anchors.data(), row0, rows, dim, reader, n, columns, nullptr, p, strided);
     } catch (const Error& e) {
       FNVLP_FAIL(embeddings << " (" << m.name << " anchors): " << e.message());
     }

@@ -104,10 +104,21 @@ using StridedReader = std::function<void(int64_t first, int64_t stride, int64_t 
 // FNC batch of every pair: a seeded permutation cut into batches of `batch` (-1 when batch <= 0).
 std::vector<int64_t> fnc_batches(int64_t n, int64_t batch, uint64_t seed);
 
+// Reads image_id, label and FNC batch (-1: none) of pairs [c0, c0 + n) into the three arrays.
+using ColumnReader =
+    std::function<void(int64_t c0, int64_t n, int64_t* image_id, int32_t* label, int64_t* batch)>;
+
 // Statistics of anchors rows [row0, row0 + rows) (`anchors` is rows x dim) against all n_cols
-// candidates. image_id, label and batch cover all N pairs; lambda is null or `rows` values.
-// Needs an initialised Kokkos (KokkosRuntime). The starting-threshold sample is read through
-// `read_strided` when given (one strided read), else row by row through `read_candidates`.
+// candidates; lambda is null or `rows` values. Needs an initialised Kokkos (KokkosRuntime). The
+// starting-threshold sample is read through `read_strided` when given (one strided read), else row
+// by row through `read_candidates`. The columns' ids, labels and batches are read tile by tile
+// like the embeddings (at most Params::tile pairs at a time): memory is O(rows + tile + the
+// anchors' positives and batches), never O(n_cols), so a training rank can call it on its block.
+RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t dim,
+                      const CandidateReader& read_candidates, int64_t n_cols,
+                      const ColumnReader& read_columns, const float* lambda, const Params& p,
+                      const StridedReader& read_strided = {});
+// The same with image_id, label and batch of all N pairs in memory (the offline tools, tests).
 RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t dim,
                       const CandidateReader& read_candidates, int64_t n_cols,
                       const std::vector<int64_t>& image_id, const std::vector<int32_t>& label,
@@ -119,8 +130,9 @@ int64_t start_sample_size(const Params& p, int64_t n);
 
 // GloFND's exact starting point (negatives.glofnd.exact_init): `threshold` above (the exact
 // (1 - alpha)-quantile of each anchor's negatives) for anchors [row0, row0 + rows) of both
-// modalities against every pair of an embeddings file, streamed from it tile by tile (never
-// N x D in memory). Not collective: each rank its own block. NaN for an anchor without negatives.
+// modalities against every pair of an embeddings file, streamed from it tile by tile (embeddings,
+// image ids and labels: O(rows + tile) memory, never O(N)). Not collective: each rank its own
+// block. NaN for an anchor without negatives.
 struct ExactThresholds {
   std::vector<float> image, text;
 };

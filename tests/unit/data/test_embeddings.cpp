@@ -82,6 +82,37 @@ TEST(Embeddings, StridedRowsAcrossChunks) {
   }
 }
 
+// Issue 27: a training rank opens an export without its whole image_id and label columns
+// (Columns::kStreamed) and reads the rows it asks for; both modes give the same rows.
+TEST(Embeddings, StreamedColumnsAreReadByRowsNotWhole) {
+  Embeddings e;
+  e.dim = 2;
+  const int64_t n = 5000;
+  for (int64_t i = 0; i < n; ++i) {
+    e.image_emb.insert(e.image_emb.end(), {1.0f, static_cast<float>(i)});
+    e.text_emb.insert(e.text_emb.end(), {static_cast<float>(i), 1.0f});
+    e.pair_id.push_back(i);
+    e.image_id.push_back(i / 3);
+    e.label.push_back(static_cast<int32_t>(i % 11) - 1);
+  }
+  const std::string path = ::testing::TempDir() + "/fnvlp_emb_columns.h5";
+  write_embeddings(path, e);
+  const EmbeddingsFile whole(path), streamed(path, EmbeddingsFile::Columns::kStreamed);
+  EXPECT_EQ(whole.image_id(), e.image_id);
+  EXPECT_TRUE(streamed.image_id().empty());
+  EXPECT_TRUE(streamed.label().empty());
+  for (const auto* f : {&whole, &streamed}) {
+    std::vector<int64_t> id(700);
+    std::vector<int32_t> label(700);
+    f->read_columns(4100, 700, id.data(), label.data());
+    for (size_t i = 0; i < id.size(); ++i) {
+      EXPECT_EQ(id[i], e.image_id[4100 + i]);
+      EXPECT_EQ(label[i], e.label[4100 + i]);
+    }
+    EXPECT_THROW(f->read_columns(4500, 501, id.data(), label.data()), fnvlp::Error);
+  }
+}
+
 namespace {
 
 // Rows [first, first + n) of a fixed export of 9,000 pairs (chunks of 4,096 rows) with lambdas.

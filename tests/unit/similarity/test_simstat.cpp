@@ -697,6 +697,45 @@ TEST(Simstat, ExactThresholdsOfABlockFromAFileMatchBruteForce) {
   std::filesystem::remove(path);
 }
 
+// Issue 27: a training rank's exact_init must not hold the N-pair columns. anchor_stats reads the
+// columns' ids, labels and batches through a ColumnReader a tile at a time (the anchors' own once),
+// and gives the bits of the in-memory call, on both paths, with FNC batches and a start sample.
+TEST(Simstat, ColumnsAreReadATileAtATime) {
+  const auto c = make_case(900, 16, 43, /*adversarial=*/true, 24);
+  const int64_t n = c.e.size(), d = c.e.dim, tile = 128, row0 = 300, rows = 70;
+  const similarity::CandidateReader reader = [&](int64_t c0, int64_t cn, float* out) {
+    std::memcpy(out, c.e.text_emb.data() + c0 * d, sizeof(float) * cn * d);
+  };
+  for (const auto& p : {with_start(params(0.05, tile, 32), 300),
+                        generic(with_start(params(0.05, tile, 32), 300))}) {
+    int64_t widest = 0, read = 0;
+    const similarity::ColumnReader columns = [&](int64_t c0, int64_t cn, int64_t* id, int32_t* lab,
+                                                 int64_t* bat) {
+      widest = std::max(widest, cn);
+      read += cn;
+      std::copy_n(c.e.image_id.data() + c0, cn, id);
+      std::copy_n(c.e.label.data() + c0, cn, lab);
+      std::copy_n(c.batch.data() + c0, cn, bat);
+    };
+    const auto got = similarity::anchor_stats(c.e.image_emb.data() + row0 * d, row0, rows, d,
+                                              reader, n, columns, nullptr, p);
+    expect_same_stats(got, run(c, p, false, row0, rows));
+    EXPECT_LE(widest, tile);
+    EXPECT_GT(read, n);  // the counting pass and the streams read every column, in tiles
+    EXPECT_GT(got.count_fnc[0] + got.count_fnc[1], 0);  // FNC batches were really gathered
+  }
+  // --fnc-batch 0 (every batch -1) is no simulation: no threshold, no counts (it used to gather
+  // one column as a batch of all pairs).
+  Case off = c;
+  off.batch = similarity::fnc_batches(n, 0, 1);
+  const auto none = run(off, params(0.05, tile, 32), false, row0, rows);
+  for (int64_t i = 0; i < rows; ++i) {
+    const auto u = static_cast<size_t>(i);
+    EXPECT_TRUE(std::isnan(none.fnc_threshold[u])) << i;
+    EXPECT_EQ(none.count_fnc[u] + none.n_batch_label[u], 0) << i;
+  }
+}
+
 TEST(Simstat, RejectsBadParameters) {
   const auto c = make_case(10, 4, 6, false, 5);
   EXPECT_THROW(run(c, params(0.0, 4, 4), false), Error);
