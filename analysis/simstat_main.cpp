@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "fnvlp/comm/job_main.hpp"
+#include "fnvlp/comm/watchdog.hpp"
 #include "fnvlp/similarity/simstat.hpp"
 #include "fnvlp/similarity/spaces.hpp"
 
@@ -13,6 +14,7 @@ int main(int argc, char** argv) {
   return fnvlp::job_main(argc, argv, "fnvlp-simstat", [](fnvlp::Comm& comm, int argc, char** argv) {
     fnvlp::similarity::JobOptions o;
     auto& p = o.params;
+    double watchdog_s = 1800;
     cxxopts::Options cli("fnvlp-simstat",
                          "Global similarity statistics of an embeddings file (run under mpirun)");
     // clang-format off
@@ -37,10 +39,13 @@ int main(int argc, char** argv) {
       ("fnc-seed", "seed of the FNC batches", cxxopts::value(p.fnc_seed)->default_value("0"))
       ("start-sample", "candidates sampled for the starting thresholds (-1: N/64, at most 8192; "
        "0: none; results never change)", cxxopts::value(p.start_sample)->default_value("-1"))
-      ("threads", "libtorch threads per rank", cxxopts::value(o.threads)->default_value("1"));
+      ("threads", "libtorch threads per rank", cxxopts::value(o.threads)->default_value("1"))
+      ("watchdog-s", "abort the job (exit 4) when a rank reports no progress for this many "
+       "seconds (<= 0: off)", cxxopts::value(watchdog_s)->default_value("1800"));
     // clang-format on
     const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm, {"embeddings", "out"});
     if (!parsed) return 0;
+    const fnvlp::ToolWatchdog dog(comm, watchdog_s);
     fnvlp::similarity::KokkosRuntime kokkos;  // after MPI, finalised before MPI_Finalize
     const auto s = fnvlp::similarity::run_simstat(comm, o);
     if (comm.is_root()) {

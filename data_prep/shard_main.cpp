@@ -5,12 +5,14 @@
 #include <iostream>
 
 #include "fnvlp/comm/job_main.hpp"
+#include "fnvlp/comm/watchdog.hpp"
 #include "fnvlp/core/config.hpp"
 #include "fnvlp/data/shard_job.hpp"
 
 int main(int argc, char** argv) {
   return fnvlp::job_main(argc, argv, "fnvlp-shard", [](fnvlp::Comm& comm, int argc, char** argv) {
     fnvlp::data::ShardJobOptions o;
+    double watchdog_s = 1800;
     cxxopts::Options cli("fnvlp-shard",
                          "Shard image-caption data into HDF5 (run under mpirun/srun)");
     // clang-format off
@@ -33,11 +35,14 @@ int main(int argc, char** argv) {
        "'..', symlinks) instead of rejecting them", cxxopts::value(o.allow_outside_root))
       ("image-chunk", "images per HDF5 chunk (1..64)", cxxopts::value(o.image_chunk)->default_value("8"))
       ("threads", "helper threads per rank (decode, checksums)", cxxopts::value(o.threads)->default_value("1"))
-      ("verify", "check DIR (manifest, sha256, every chunk) instead of sharding", cxxopts::value<std::string>());
+      ("verify", "check DIR (manifest, sha256, every chunk) instead of sharding", cxxopts::value<std::string>())
+      ("watchdog-s", "abort the job (exit 4) when a rank reports no progress for this many "
+       "seconds (<= 0: off)", cxxopts::value(watchdog_s)->default_value("1800"));
     // clang-format on
     const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm);
     if (!parsed) return 0;
     const cxxopts::ParseResult& args = *parsed;
+    const fnvlp::ToolWatchdog dog(comm, watchdog_s);
     if (args.count("verify")) {
       const std::string dir = args["verify"].as<std::string>();
       int64_t pairs = 0;

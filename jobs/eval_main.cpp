@@ -4,11 +4,13 @@
 #include <iostream>
 
 #include "fnvlp/comm/job_main.hpp"
+#include "fnvlp/comm/watchdog.hpp"
 #include "fnvlp/eval/eval_job.hpp"
 
 int main(int argc, char** argv) {
   return fnvlp::job_main(argc, argv, "fnvlp-eval", [](fnvlp::Comm& comm, int argc, char** argv) {
     fnvlp::eval::EvalOptions opt;
+    double watchdog_s = 1800;
     cxxopts::Options cli("fnvlp-eval", "zero-shot retrieval evaluation (run under srun/mpirun)");
     // clang-format off
     cli.add_options()
@@ -28,10 +30,13 @@ int main(int argc, char** argv) {
        cxxopts::value(opt.probe_cfg.weight_decay)->default_value("0.001"))
       ("ranks-out", "write every query's rank to this JSON file", cxxopts::value(opt.ranks_out))
       ("verify", "full: each shard's sha256 against its manifest before it is opened; size: sizes",
-       cxxopts::value<std::string>()->default_value("full"));
+       cxxopts::value<std::string>()->default_value("full"))
+      ("watchdog-s", "abort the job (exit 4) when a rank reports no progress for this many "
+       "seconds (<= 0: off)", cxxopts::value(watchdog_s)->default_value("1800"));
     // clang-format on
     const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm);
     if (!parsed) return 0;
+    const fnvlp::ToolWatchdog dog(comm, watchdog_s);
     const auto verify = (*parsed)["verify"].as<std::string>();
     if (verify != "full" && verify != "size")
       throw cxxopts::exceptions::exception("--verify takes full or size, not '" + verify + "'");

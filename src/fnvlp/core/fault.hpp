@@ -26,6 +26,8 @@
 //   shard.read        throws an I/O error naming the shard file and dataset at an image read
 //   startup.sleep     sleeps ARG seconds in the trainer's start-up (after the shards are opened)
 //   export.sleep      sleeps ARG seconds in an embedding export (event: the epoch)
+//   progress.sleep    sleeps ARG seconds at a progress report (core/progress.hpp: a tool's loops,
+//                     fnvlp-shard, -eval, -simstat; event: the process's count of reports)
 // An unknown site or a malformed entry throws fnvlp::Error naming FNVLP_FAULT at the first point()
 // (a typo must not silently test nothing).
 #include <cstdint>

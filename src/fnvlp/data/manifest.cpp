@@ -9,6 +9,7 @@
 
 #include "fnvlp/core/error.hpp"
 #include "fnvlp/core/json_int.hpp"
+#include "fnvlp/core/progress.hpp"
 #include "fnvlp/core/sha256.hpp"
 #include "fnvlp/data/shard.hpp"
 
@@ -236,8 +237,10 @@ void verify_shard(const std::string& dir, const Manifest& m, const ManifestShard
     // Read every image chunk: a flipped bit anywhere fails its Fletcher32 check here.
     const int64_t block = 64;
     std::vector<uint8_t> buf(static_cast<size_t>(block * h.image_size * h.image_size * 3));
-    for (int64_t row = 0; row < reader.num_images(); row += block)
+    for (int64_t row = 0; row < reader.num_images(); row += block) {
+      progress("verify: reading image chunks");
       reader.read_images(row, std::min(block, reader.num_images() - row), buf.data());
+    }
     report.pairs_checked += static_cast<int64_t>(p.size());
     report.images_checked += reader.num_images();
   } catch (const std::exception& e) {

@@ -14,6 +14,7 @@
 
 #include "fnvlp/core/error.hpp"
 #include "fnvlp/core/parallel.hpp"
+#include "fnvlp/core/progress.hpp"
 #include "fnvlp/core/sha256.hpp"
 #include "fnvlp/core/timer.hpp"
 #include "fnvlp/data/image.hpp"
@@ -125,6 +126,7 @@ void write_local_shard(const ShardJobOptions& o, const ImageFileLimits& limits,
   std::vector<std::optional<ImageError>> errors(batch);
   int64_t next_row = 0;
   for (size_t b = 0; b < todo.size(); b += batch) {
+    progress("shard: decoding images");
     const size_t n = std::min(batch, todo.size() - b);
     parallel_for(n, static_cast<int>(o.threads), [&](size_t i) {
       errors[i].reset();
@@ -353,6 +355,7 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
     parallel_for(work.shards.size(), static_cast<int>(o.threads), [&](size_t k) {
       if (done[k].file.empty()) return;
       const fs::path& tmp = work.shards[k].tmp;
+      progress("shard: sha256 of the new shards");
       done[k].bytes = static_cast<int64_t>(fs::file_size(tmp));
       done[k].sha256 = sha256_file(tmp.string());
       fs::rename(tmp, out / done[k].file);
@@ -430,6 +433,7 @@ void verify_shard_checksums(const Comm& comm, const std::string& dir) {
          i += static_cast<size_t>(comm.size())) {
       const ManifestShard& s = m.shards[i];
       const std::string path = (fs::path(dir) / s.file).string();
+      progress("sha256 of the shards");
       std::string problem;
       if (!fs::exists(path)) {
         problem = "missing (listed in " + mpath + ")";

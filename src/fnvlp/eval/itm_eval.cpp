@@ -9,6 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "fnvlp/core/progress.hpp"
 #include "fnvlp/data/augment.hpp"
 #include "fnvlp/data/dataset.hpp"
 #include "fnvlp/data/h5.hpp"
@@ -109,6 +110,7 @@ EncodedImages encode_images(model::AlbefImpl& model, const data::PairDataset& ds
   out.seq = 1 + model.config().num_patches();
   out.width = model.config().vision_width;
   for (int64_t first = rows.begin; first < rows.end; first += batch) {
+    progress("eval: encoding images");
     std::vector<int64_t> pairs;
     for (int64_t i = first; i < std::min(rows.end, first + batch); ++i)
       pairs.push_back(idx.image_first_pair[static_cast<size_t>(i)]);
@@ -169,6 +171,7 @@ RetrievalEvalResult evaluate_retrieval(const Comm& comm, model::AlbefImpl& model
   comm.collective([&] {
     img = encode_images(model, ds, idx, my_images, bs, true);
     for (int64_t first = my_texts.begin; first < my_texts.end; first += bs) {
+      progress("eval: encoding texts");
       std::vector<int64_t> pairs;
       for (int64_t p = first; p < std::min(my_texts.end, first + bs); ++p) pairs.push_back(p);
       const data::Batch b = ds.read(pairs);
@@ -210,6 +213,7 @@ RetrievalEvalResult evaluate_retrieval(const Comm& comm, model::AlbefImpl& model
       const torch::Tensor sim =
           torch::mm(image_embed.slice(0, first, last), text_embed.t()).contiguous();
       for (int64_t i = first; i < last; ++i) {
+        progress("eval: ITM re-ranking, image queries");
         const float* row = sim.data_ptr<float>() + (i - first) * nt;
         auto pos = [&](int64_t t) { return idx.text_image[static_cast<size_t>(t)] == i; };
         const int64_t r_itc = positive_rank(row, nt, pos);
@@ -232,6 +236,7 @@ RetrievalEvalResult evaluate_retrieval(const Comm& comm, model::AlbefImpl& model
       const torch::Tensor sim =
           torch::mm(text_embed.slice(0, first, last), image_embed.t()).contiguous();
       for (int64_t t = first; t < last; ++t) {
+        progress("eval: ITM re-ranking, text queries");
         const float* row = sim.data_ptr<float>() + (t - first) * ni;
         const int64_t gt = idx.text_image[static_cast<size_t>(t)];
         auto pos = [&](int64_t i) { return i == gt; };

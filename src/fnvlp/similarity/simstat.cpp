@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "fnvlp/core/progress.hpp"
 #include "fnvlp/data/embeddings.hpp"
 #include "fnvlp/data/h5.hpp"
 #include "fnvlp/similarity/kernels.hpp"
@@ -292,6 +293,7 @@ RowStats anchor_stats_on(const float* anchors, int64_t row0, int64_t rows, int64
   }
   std::vector<std::pair<int64_t, int64_t>> pos_keyed, bat_keyed;  // (image_id | batch, column)
   for (int64_t c0 = 0; rows > 0 && c0 < n_cols; c0 += tile) {
+    progress("simstat: counting negatives");
     const int64_t tc = std::min(tile, n_cols - c0);
     read_columns(c0, tc, tile_id.data(), tile_label.data(), tile_batch.data());
     for (int64_t j = 0; j < tc; ++j) {
@@ -465,6 +467,7 @@ RowStats anchor_stats_on(const float* anchors, int64_t row0, int64_t rows, int64
         reset_rows(space, st, rb);
       }
       for (int64_t c0 = 0; c0 < n_cols; c0 += tile) {
+        progress("simstat: candidate tiles");
         const int64_t tc = std::min(tile, n_cols - c0);
         read_candidates(c0, tc, cand.data());
         if (b0 == 0 && pass == 0) check_finite(cand.data(), tc, dim, c0, "candidate");
@@ -872,6 +875,7 @@ nlohmann::json run_simstat(const Comm& comm, const JobOptions& opt) {
   for (int r = 0; r < comm.size(); ++r) {
     comm.collective([&] {
       if (comm.rank() != r) return;
+      progress("simstat: writing STATS rows");
       for (size_t i = 0; i < stats.size(); ++i)
         write_rows_of(opt.out + ".tmp", stats[i], kModalities[i].name, i == 0, lam != nullptr);
     });

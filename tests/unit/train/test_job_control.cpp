@@ -14,7 +14,9 @@
 #include <thread>
 
 #include "fnvlp/comm/comm.hpp"
+#include "fnvlp/comm/watchdog.hpp"
 #include "fnvlp/core/log.hpp"
+#include "fnvlp/core/progress.hpp"
 #include "fnvlp/train/signals.hpp"
 #include "fnvlp/train/watchdog.hpp"
 
@@ -164,6 +166,40 @@ TEST(Watchdog, QuietWhileBeatingAndDuringLongPhasesAndStopsPromptly) {
 
   Watchdog off(0, 0, [&](int) { fired = -1; });  // disabled: no thread at all
   EXPECT_FALSE(off.enabled());
+}
+
+// The tools' watchdog (fnvlp-shard, -eval, -simstat): progress() from any thread beats it; when the
+// reports stop it fires naming the last one; a second one in the process is refused.
+TEST(ToolWatchdog, ProgressKeepsItQuietAndItFiresOnTheLastReport) {
+  const ChildResult r = run_in_child("tool_wd", [] {
+    fnvlp::log::init(2, 4);
+    fnvlp::ToolWatchdog dog(2, 0.4, [](int code) {
+      std::fflush(nullptr);
+      std::_Exit(code);
+    });
+    for (int i = 0; i < 30; ++i) {  // 1.5 s of reports, each well inside the limit
+      std::thread([] { fnvlp::progress("simstat: candidate tiles"); }).join();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::fprintf(stderr, "quiet while reporting\n");
+    try {
+      fnvlp::ToolWatchdog second(2, 1.0, [](int) {});
+      std::fprintf(stderr, "second watchdog accepted\n");
+    } catch (const fnvlp::Error&) {
+      std::fprintf(stderr, "second watchdog refused\n");
+    }
+    fnvlp::progress("eval: encoding texts");
+    std::this_thread::sleep_for(std::chrono::seconds(10));  // the stall
+  });
+  EXPECT_EQ(r.exit_code, kExitWatchdog);
+  EXPECT_LT(r.seconds, 6.0);
+  EXPECT_NE(r.stderr_text.find("quiet while reporting"), std::string::npos) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("second watchdog refused"), std::string::npos) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("watchdog: rank 2 made no progress"), std::string::npos)
+      << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("last reported progress report 31, phase 'eval: encoding texts'"),
+            std::string::npos)
+      << r.stderr_text;
 }
 
 // --- non-finite guard ---------------------------------------------------------------------------
