@@ -11,8 +11,9 @@ Reads what slurm/ablation_campaign.sh leaves in each campaign directory: index.t
 tasks/METHOD-sSEED/{task.json, run/metrics.jsonl, eval.json, stats.json}; stats.json is
 fnvlp-simstat's --json summary of the task's last epoch export with --lambda-from the run (only
 GloFND tasks need it). Methods are found by their campaign names (slurm/methods.sh): uniform,
-fnc, glofnd, glofnd_exact, grit_q1, grit_q05, falcon. A claim whose data is missing is reported
-as such, never guessed.
+fnc, glofnd, grit_q1, grit_q05, falcon; every other method named glofnd_* (glofnd_exact, a
+campaign's custom GloFND arms) is reported beside GloFND in (a)-(c), which judge the paper's
+glofnd. A claim whose data is missing is reported as such, never guessed.
 
 Every comparison is made per seed and judged on the spread over seeds: "held" when every seed's
 value lies on the claimed side of every seed's value of the other method, "not held" when every
@@ -151,6 +152,11 @@ def alpha_of(tasks, default):
     return default
 
 
+def glofnd_variants(tasks):
+    """The GloFND arms beyond the paper's (glofnd_exact, custom glofnd_* arms), sorted."""
+    return sorted(m for m in tasks if m.startswith("glofnd_"))
+
+
 def filtered_fraction(task):
     recs, ep = logged(task, "filtered_frac_i2t")
     if not ep:
@@ -164,7 +170,7 @@ def filtered_fraction(task):
 
 def claim_a(tasks, alpha):
     out = {}
-    for method in ("glofnd", "glofnd_exact"):
+    for method in ["glofnd"] + glofnd_variants(tasks):
         fr = per_seed(tasks, method, filtered_fraction)
         if not fr:
             continue
@@ -199,9 +205,10 @@ def claim_b(tasks):
     g = {s: v["glofnd"] for s, v in err.items()}
     f = {s: v["fnc"] for s, v in err.items()}
     data = {"glofnd_lambda_abs_error": spread(g), "fnc_threshold_abs_error": spread(f)}
-    exact = per_seed(tasks, "glofnd_exact", lambda_errors)
-    if exact:
-        data["glofnd_exact_lambda_abs_error"] = spread({s: v["glofnd"] for s, v in exact.items()})
+    for method in glofnd_variants(tasks):
+        err_v = per_seed(tasks, method, lambda_errors)
+        if err_v:
+            data[f"{method}_lambda_abs_error"] = spread({s: v["glofnd"] for s, v in err_v.items()})
     return compare(f, g), data
 
 
@@ -215,9 +222,10 @@ def prf_last_epoch(task):
 def claim_c(tasks):
     g = per_seed(tasks, "glofnd", prf_last_epoch)
     f = per_seed(tasks, "fnc", prf_last_epoch)
-    e = per_seed(tasks, "glofnd_exact", prf_last_epoch)
+    arms = [("glofnd", g), ("fnc", f)] + [(m, per_seed(tasks, m, prf_last_epoch))
+                                          for m in glofnd_variants(tasks)]
     data = {m: {k: spread({s: v[k] for s, v in d.items()}) for k in ("fn_precision", "fn_recall", "fn_f1")}
-            for m, d in (("glofnd", g), ("fnc", f), ("glofnd_exact", e)) if d}
+            for m, d in arms if d}
     return compare({s: v["fn_f1"] for s, v in g.items()}, {s: v["fn_f1"] for s, v in f.items()}), data
 
 
@@ -324,7 +332,7 @@ def plots(tasks, results, alpha, data_dir):
         v = [r.get("filtered_frac_i2t"), r.get("filtered_frac_t2i")]
         return None if None in v else (v[0] + v[1]) / 2
 
-    a = step_series(tasks, ("glofnd", "glofnd_exact"), frac)
+    a = step_series(tasks, ["glofnd"] + glofnd_variants(tasks), frac)
     if a:
         lines_csv(os.path.join(data_dir, "claim_a.csv"), "step", a)
         out["a"] = {"file": "claim_a.png", "kind": "lines", "csv": "claim_a.csv", "x": "step",
@@ -332,9 +340,10 @@ def plots(tasks, results, alpha, data_dir):
                     "title": "(a) fraction of negatives filtered per anchor", "xlabel": "step",
                     "ylabel": "filtered fraction (i2t, t2i mean)"}
     b = results["b"]["data"]
-    names = (("glofnd_lambda_abs_error", "GloFND lambda"),
-             ("glofnd_exact_lambda_abs_error", "GloFND exact-init lambda"),
-             ("fnc_threshold_abs_error", "FNC in-batch threshold"))
+    names = ([("glofnd_lambda_abs_error", "GloFND lambda")] +
+             [(f"{m}_lambda_abs_error", "GloFND exact-init lambda" if m == "glofnd_exact"
+               else f"{m} lambda") for m in glofnd_variants(tasks)] +
+             [("fnc_threshold_abs_error", "FNC in-batch threshold")])
     groups = [(label, {"error": b[k]}) for k, label in names if b.get(k)]
     if groups:
         out["b"] = bars("b", "(b) mean |threshold - exact (1-alpha)-quantile|", "mean |error|",
