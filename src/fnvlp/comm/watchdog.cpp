@@ -4,9 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+
+#include "fnvlp/core/progress.hpp"
 
 namespace fnvlp {
 

@@ -13,7 +13,6 @@
 
 #include "fnvlp/comm/comm.hpp"
 #include "fnvlp/core/config_fields.hpp"
-#include "fnvlp/core/progress.hpp"
 
 namespace fnvlp {
 
@@ -52,7 +51,7 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  // Progress report from the main thread: restarts the timeout.
+  // Progress report (from any thread): restarts the timeout.
   void beat(int64_t step, const std::string& phase);
 
   // Scoped phase with its own limit (0: disarmed): a checkpoint save may legitimately take longer
@@ -123,7 +122,6 @@ class ToolWatchdog {
   ~ToolWatchdog();
   ToolWatchdog(const ToolWatchdog&) = delete;
   ToolWatchdog& operator=(const ToolWatchdog&) = delete;
-  Watchdog& dog() { return dog_; }
 
  private:
   void install();
