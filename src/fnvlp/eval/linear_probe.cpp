@@ -6,6 +6,7 @@
 #include <map>
 
 #include "fnvlp/core/error.hpp"
+#include "fnvlp/core/progress.hpp"
 
 namespace fnvlp::eval {
 
@@ -63,6 +64,7 @@ ProbeResult linear_probe(const std::vector<float>& train_x, const std::vector<in
                                       .tolerance_change(1e-12)
                                       .line_search_fn("strong_wolfe"));
   auto closure = [&] {
+    progress("eval: linear probe");
     opt.zero_grad();
     torch::Tensor loss = torch::nn::functional::cross_entropy(torch::addmm(b, xtr, w), target) +
                          0.5 * cfg.weight_decay * w.pow(2).sum();
