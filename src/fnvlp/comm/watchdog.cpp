@@ -84,9 +84,9 @@ void Watchdog::run() {
       fired_ = true;
       const double limit = limit_s_;
       const int64_t step = step_;
-      const std::string phase = phase_;
+      const std::string phase = phase_, counter = counter_;
       lock.unlock();
-      fire(idle, limit, step, phase);
+      fire(idle, limit, step, counter, phase);
       return;
     }
   }
@@ -97,16 +97,12 @@ void Watchdog::set_last_words(std::function<void(const std::string&, int64_t)> f
   last_words_ = std::move(fn);
 }
 
-std::string Watchdog::counter_name() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return counter_;
-}
-
-void Watchdog::fire(double idle_s, double limit_s, int64_t step, const std::string& phase) {
+void Watchdog::fire(double idle_s, double limit_s, int64_t step, const std::string& counter,
+                    const std::string& phase) {
   const std::string why = fmt::format(
       "watchdog: rank {} made no progress for {:.1f} s (limit {:.1f} s); last reported {} {}, "
       "phase '{}'",
-      rank_, idle_s, limit_s, counter_name(), step, phase);
+      rank_, idle_s, limit_s, counter, step, phase);
   spdlog::critical("{}; aborting the job with exit code {}", why, kExitWatchdog);
   spdlog::default_logger()->flush();
   double grace = 0;

@@ -90,8 +90,8 @@ class Watchdog {
  private:
   using Clock = std::chrono::steady_clock;
   void run();
-  void fire(double idle_s, double limit_s, int64_t step, const std::string& phase);
-  std::string counter_name() const;
+  void fire(double idle_s, double limit_s, int64_t step, const std::string& counter,
+            const std::string& phase);
 
   int rank_;
   double timeout_s_;
