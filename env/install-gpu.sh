@@ -22,6 +22,10 @@ if [ "${have%%+*}" != "$torch_version" ]; then
   "$venv/bin/python" -m pip install -q --disable-pip-version-check \
     "torch==$torch_version" numpy
 fi
+# h5py and PyYAML: tests/bench/bench_pretrain.sh runs the PyTorch twin on this wheel against the
+# same shard batch as fnvlp (a few MB).
+"$venv/bin/python" -c 'import h5py, yaml' 2>/dev/null ||
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check h5py pyyaml
 "$venv/bin/python" - <<'PY'
 import torch, sys
 cuda = torch.version.cuda

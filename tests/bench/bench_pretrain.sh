@@ -10,6 +10,10 @@
 #       torch DataLoader decoding the JPEGs with PIL, NUM_WORKERS workers); samples/s over
 #       E2E_STEPS steps after SKIP untimed ones (E2E_STEPS=0: one whole epoch each);   goal >= 2x
 #   (c) fnvlp-pretrain at 2 ranks against 1 rank, samples/s as in (b);            goal >= 1.7x
+#   (a') (a) against the twin on the PyPI wheel's PyTorch 2.x (what a user picks today), eager
+#       (goal C++ >= 1.3x) and torch.compile with inductor (goal >= 1.0x; compilation stays in
+#       the untimed warm-up steps). Its Python is FNVLP_TWIN_PY, else env/install-gpu.sh's venv;
+#       without one that imports torch 2.x, h5py and yaml these rows say SKIPPED and why.
 # One libtorch/BLAS thread per process (DESIGN.md §5; env/mpi-env.sh exports the variables); in
 # (b) and (c) each fnvlp rank is bound to cores/ranks cores (its prefetch thread beside the
 # compute thread), as the PyTorch side's processes share the whole machine.
@@ -23,6 +27,7 @@
 #   slower per step: use with small E2E_STEPS).
 #   Environment: COMPUTE_STEPS (20), WARMUP (3), E2E_STEPS (40), SKIP (10), NUM_WORKERS (1),
 #   SHARD_PX (128: shards keep Flickr8k-128's pixels, so both sides crop the same source images),
+#   PARTS ("compute e2e": "compute" runs (a) and (a') only), FNVLP_TWIN_PY (above),
 #   BENCH_STEP (a built bench_step; default BUILD_DIR/tests/bench/bench_step, else it is compiled
 #   once into ${FNVLP_BENCH_CACHE:-/tmp}/fnvlp_bench_step with g++ against BUILD_DIR/libfnvlp.a).
 set -euo pipefail
@@ -36,6 +41,7 @@ e2e_steps=${E2E_STEPS:-40}
 skip=${SKIP:-10}
 workers=${NUM_WORKERS:-1}
 shard_px=${SHARD_PX:-128}
+parts=${PARTS:-compute e2e}
 shared=${FNVLP_SHARED_DIR:-$root/../shared}
 flickr=$shared/data/flickr8k-128
 vocab=$shared/data/vocab/bert-base-uncased-vocab.txt
@@ -75,6 +81,22 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
 fi
 echo "OpenBLAS kernels of both contenders: ${OPENBLAS_CORETYPE:-(not OpenBLAS)}"
 
+# --- the twin on PyTorch 2.x: (a') -------------------------------------------------------------
+py2=${FNVLP_TWIN_PY:-${FNVLP_GPU_PREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/fnvlp/gpu}/venv/bin/python}
+py2_skip=""
+if [ ! -x "$py2" ]; then
+  py2_skip="no Python at $py2 (bash env/install-gpu.sh, or FNVLP_TWIN_PY)"
+elif ! py2_version=$("$py2" -c 'import h5py, yaml, torch; print(torch.__version__)' 2>&1); then
+  py2_skip="$py2 lacks torch, h5py or yaml ($(tail -1 <<<"$py2_version"))"
+elif [ "${py2_version%%.*}" -lt 2 ]; then
+  py2_skip="$py2 has PyTorch $py2_version, not 2.x"
+fi
+if [ -n "$py2_skip" ]; then
+  echo "SKIPPED (a') PyTorch 2.x twin: $py2_skip"
+else
+  echo "(a') PyTorch 2.x twin: $py2, torch $py2_version"
+fi
+
 # --- shards of the train split ----------------------------------------------------------------
 mpirun --oversubscribe -np 2 "$build/data_prep/fnvlp-shard" --input "$flickr/captions.json" \
   --format albef --image-root "$flickr" --split-file "$flickr/splits.json" --split train \
@@ -107,6 +129,14 @@ run_cpp_compute() {
 run_py_compute() {
   measured $py "$root/tests/bench/pytorch_albef.py" --config "$config" --mode compute \
     --data "$work/train" --steps "$compute_steps" --warmup "$warmup"
+  field step_s_mean step_cpu_s_mean
+}
+run_py2_compute() {  # run_py2_compute [--compile]: 2 more warm-up steps compiled (the first
+  # compiles, the second recompiles the MLM head for a new count of masked tokens)
+  local w=$warmup
+  [ $# -gt 0 ] && w=$((warmup + 2))
+  measured "$py2" "$root/tests/bench/pytorch_albef.py" --config "$config" --mode compute \
+    --data "$work/train" --steps "$compute_steps" --warmup "$w" "$@"
   field step_s_mean step_cpu_s_mean
 }
 run_cpp_e2e() {  # run_cpp_e2e RANKS
@@ -145,7 +175,11 @@ run_py_e2e() {
 }
 
 # --- rounds -----------------------------------------------------------------------------------
-names=(cpp_compute py_compute cpp_np1 py_loader cpp_np2)
+names=()
+case " $parts " in *" compute "*) names+=(cpp_compute py_compute) ;; esac
+case " $parts " in *" compute "*) [ -z "$py2_skip" ] && names+=(py2_eager py2_compiled) ;; esac
+case " $parts " in *" e2e "*) names+=(cpp_np1 py_loader cpp_np2) ;; esac
+(( ${#names[@]} )) || { echo "PARTS must name compute and/or e2e" >&2; exit 2; }
 declare -A value extra foreign
 load0=$(cut -d' ' -f1 /proc/loadavg)
 t_start=$(date +%s)
@@ -154,6 +188,8 @@ for r in $(seq 1 "$rounds"); do
     case $name in
       cpp_compute) out=$(run_cpp_compute) ;;
       py_compute) out=$(run_py_compute) ;;
+      py2_eager) out=$(run_py2_compute) ;;
+      py2_compiled) out=$(run_py2_compute --compile) ;;
       cpp_np1) out=$(run_cpp_e2e 1) ;;
       py_loader) out=$(run_py_e2e) ;;
       cpp_np2) out=$(run_cpp_e2e 2) ;;
@@ -164,7 +200,7 @@ for r in $(seq 1 "$rounds"); do
     extra[$name]="${extra[$name]:-} $x"
     foreign[$name]="${foreign[$name]:-} $f"
     case $name in
-      *compute) printf 'round %d %-12s %7.3f s/step  %7.3f CPU s/step          foreign %3.0f%%\n' \
+      *compute | py2_*) printf 'round %d %-12s %7.3f s/step  %7.3f CPU s/step          foreign %3.0f%%\n' \
                   "$r" "$name" "$v" "$x" "$f" ;;
       *) printf 'round %d %-12s %7.1f samples/s  data wait %4.1f%%          foreign %3.0f%%\n' \
            "$r" "$name" "$v" "$(echo "$x * 100" | bc -l)" "$f" ;;
@@ -176,14 +212,14 @@ done
 e2e_desc="$e2e_steps steps after $skip untimed"
 (( e2e_steps == 0 )) && e2e_desc="one epoch after $skip untimed steps"
 args=()
-for name in "${names[@]}"; do args+=("${value[$name]}" "${extra[$name]}" "${foreign[$name]}"); done
+for name in "${names[@]}"; do args+=("$name" "${value[$name]}" "${extra[$name]}" "${foreign[$name]}"); done
 $py - "$preset" "$rounds" "$compute_steps" "$e2e_desc" "$workers" "$shard_px" "$cores" \
-  "$load0" "$(cut -d' ' -f1 /proc/loadavg)" "$(($(date +%s) - t_start))" "${args[@]}" <<'PY'
+  "$load0" "$(cut -d' ' -f1 /proc/loadavg)" "$(($(date +%s) - t_start))" "$py2_skip" \
+  "${py2_version:-}" "${args[@]}" <<'PY'
 import statistics, sys
-preset, rounds, csteps, e2e, workers, px, cores, load0, load1, secs = sys.argv[1:11]
-v = [[float(x) for x in a.split()] for a in sys.argv[11:]]
-(cc, ccpu, cf), (pc, pcpu, pf), (c1, _, c1f), (pl, _, plf), (c2, _, c2f) = \
-    [v[i:i + 3] for i in range(0, 15, 3)]
+preset, rounds, csteps, e2e, workers, px, cores, load0, load1, secs, py2_skip, py2_v = sys.argv[1:13]
+a = sys.argv[13:]
+run = {a[i]: [[float(x) for x in s.split()] for s in a[i + 1:i + 4]] for i in range(0, len(a), 4)}
 med = statistics.median
 lo, hi = min, max
 fr = lambda f: f"{min(f):.0f}-{max(f):.0f}%"
@@ -192,19 +228,31 @@ print(f"preset {preset}, batch 32 per rank, best of {rounds} rounds [median]; {c
       f"load average {load0} -> {load1}, {secs} s")
 print("| measure | fnvlp (C++) | PyTorch | ratio | goal | foreign CPU (C++ / Py) |")
 print("|---|---|---|---|---|---|")
-print(f"| (a) compute only, wall s/step ({csteps} steps) | {lo(cc):.3f} [{med(cc):.3f}] | "
-      f"{lo(pc):.3f} [{med(pc):.3f}] | {lo(pc)/lo(cc):.2f}x [{med(pc)/med(cc):.2f}x] | >= 1.15x | "
-      f"{fr(cf)} / {fr(pf)} |")
-print(f"| (a) compute only, CPU s/step | {lo(ccpu):.3f} [{med(ccpu):.3f}] | "
-      f"{lo(pcpu):.3f} [{med(pcpu):.3f}] | {lo(pcpu)/lo(ccpu):.2f}x [{med(pcpu)/med(ccpu):.2f}x] "
-      f"| >= 1.15x | |")
-print(f"| (b) end to end, samples/s ({e2e}; C++ 1 rank, HDF5 {px} px / PyTorch JPEG, "
-      f"{workers} worker) | {hi(c1):.1f} [{med(c1):.1f}] | {hi(pl):.1f} [{med(pl):.1f}] | "
-      f"{hi(c1)/hi(pl):.2f}x [{med(c1)/med(pl):.2f}x] | >= 2x | {fr(c1f)} / {fr(plf)} |")
-print(f"| (b') C++ 2 ranks vs PyTorch (each on the whole machine) | {hi(c2):.1f} [{med(c2):.1f}] | "
-      f"{hi(pl):.1f} [{med(pl):.1f}] | {hi(c2)/hi(pl):.2f}x [{med(c2)/med(pl):.2f}x] | | "
-      f"{fr(c2f)} / {fr(plf)} |")
-print(f"| (c) C++ 2 ranks vs 1 rank, samples/s | {hi(c2):.1f} / {hi(c1):.1f} "
-      f"[{med(c2):.1f} / {med(c1):.1f}] | | {hi(c2)/hi(c1):.2f}x [{med(c2)/med(c1):.2f}x] | "
-      f">= 1.7x | {fr(c2f)} / {fr(c1f)} |")
+if "cpp_compute" in run:
+    cc, ccpu, cf = run["cpp_compute"]
+    rows = [("py_compute", "(a) compute only, PyTorch 1.13 (Debian)", "1.15x"),
+            ("py2_eager", f"(a') compute only, PyTorch {py2_v} eager", "1.3x"),
+            ("py2_compiled", f"(a') compute only, PyTorch {py2_v} torch.compile", "1.0x")]
+    for name, what, goal in rows:
+        if name not in run:
+            print(f"| {what} | SKIPPED: {py2_skip} | | | >= {goal} | |")
+            continue
+        pc, pcpu, pf = run[name]
+        print(f"| {what}, wall s/step ({csteps} steps) | {lo(cc):.3f} [{med(cc):.3f}] | "
+              f"{lo(pc):.3f} [{med(pc):.3f}] | {lo(pc)/lo(cc):.2f}x [{med(pc)/med(cc):.2f}x] | "
+              f">= {goal} | {fr(cf)} / {fr(pf)} |")
+        print(f"| {what}, CPU s/step | {lo(ccpu):.3f} [{med(ccpu):.3f}] | "
+              f"{lo(pcpu):.3f} [{med(pcpu):.3f}] | {lo(pcpu)/lo(ccpu):.2f}x "
+              f"[{med(pcpu)/med(ccpu):.2f}x] | >= {goal} | |")
+if "cpp_np1" in run:
+    (c1, _, c1f), (pl, _, plf), (c2, _, c2f) = run["cpp_np1"], run["py_loader"], run["cpp_np2"]
+    print(f"| (b) end to end, samples/s ({e2e}; C++ 1 rank, HDF5 {px} px / PyTorch JPEG, "
+          f"{workers} worker) | {hi(c1):.1f} [{med(c1):.1f}] | {hi(pl):.1f} [{med(pl):.1f}] | "
+          f"{hi(c1)/hi(pl):.2f}x [{med(c1)/med(pl):.2f}x] | >= 2x | {fr(c1f)} / {fr(plf)} |")
+    print(f"| (b') C++ 2 ranks vs PyTorch (each on the whole machine) | {hi(c2):.1f} [{med(c2):.1f}] | "
+          f"{hi(pl):.1f} [{med(pl):.1f}] | {hi(c2)/hi(pl):.2f}x [{med(c2)/med(pl):.2f}x] | | "
+          f"{fr(c2f)} / {fr(plf)} |")
+    print(f"| (c) C++ 2 ranks vs 1 rank, samples/s | {hi(c2):.1f} / {hi(c1):.1f} "
+          f"[{med(c2):.1f} / {med(c1):.1f}] | | {hi(c2)/hi(c1):.2f}x [{med(c2)/med(c1):.2f}x] | "
+          f">= 1.7x | {fr(c2f)} / {fr(c1f)} |")
 PY

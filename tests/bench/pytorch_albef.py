@@ -49,11 +49,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-try:  # --mode compute --synthetic needs torch alone (a GPU machine may have nothing else)
+# --mode compute --synthetic needs torch alone (a GPU machine may have nothing else); --data needs
+# numpy and h5py, --mode epoch PIL too.
+try:
     import numpy as np
+except ImportError:
+    np = None
+try:
     from PIL import Image
 except ImportError:
-    np = Image = None
+    Image = None
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wordpiece import WordPiece  # noqa: E402
