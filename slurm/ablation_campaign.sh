@@ -9,7 +9,12 @@
 # pretrains, then evaluates, into CAMPAIGN/tasks/<method>-s<seed>/) -> collect, afterany
 # (results.csv, results.md with failed cells marked, fnvlp-report --campaign); --wait exits
 # non-zero when a cell failed, after printing the table. Array index = method position *
-# len(seeds) + seed position, written to CAMPAIGN/index.tsv before anything is submitted.
+# len(seeds) + seed position, written to CAMPAIGN/submissions/K/index.tsv (K = 1, 2, ... per
+# submission) before anything is submitted; the array tasks read that file, so a later submission
+# into the same campaign (other methods or seeds) leaves the cells of a queued one alone. A
+# submission whose cells are still queued or running in an earlier one is refused (two jobs would
+# train one run directory). CAMPAIGN/index.tsv lists the campaign's cells over all submissions
+# (columns index, method, seed, submission), what the collect job and analysis/claims.py read.
 # The matrix's env (optional): FNVLP_* settings of the whole campaign (FNVLP_DATA, FNVLP_STEPS, ...), exported
 # before slurm/common.sh resolves its defaults, so the matrix alone defines what the campaign runs
 # on; "{root}" in a value is the checkout. A variable already set in the environment wins (logged).
@@ -105,8 +110,29 @@ mkdir -p "$files/tasks"
 cp "$matrix" "$files/matrix.yaml"
 set_all=$(/usr/bin/python3 -c 'import sys,yaml; print(" ".join(yaml.safe_load(open(sys.argv[1])).get("set") or []))' "$matrix")
 
-# index.tsv and task.json files: the deterministic index <-> (method, seed) map.
-printf 'index\tmethod\tseed\n' >"$files/index.tsv"
+# Cells of an earlier submission still queued or running: refused before anything is written.
+read -r -a seed_list <<<"$seeds"
+cells=" "
+while IFS=$'\t' read -r method _; do
+  for seed in "${seed_list[@]}"; do cells+="$method-s$seed "; done
+done < <(tail -n +2 <<<"$parsed")
+busy=""
+for old in "$camp"/submissions/*/jobs.tsv; do
+  [ -f "$old" ] || continue
+  old_array=$(awk -F'\t' '$1 == "array" {print $2}' "$old")
+  if [ -z "$old_array" ] || ! fnvlp_jobs_active "$old_array"; then continue; fi
+  while IFS=$'\t' read -r _ method seed; do
+    case "$cells" in *" $method-s$seed "*) busy+=" $method-s$seed (array $old_array)" ;; esac
+  done < <(tail -n +2 "${old%/jobs.tsv}/index.tsv")
+done
+[ -z "$busy" ] || fnvlp_die "campaign $name: cells still queued or running:$busy; wait for them or scancel, then resubmit"
+sub=1
+while [ -e "$camp/submissions/$sub" ]; do sub=$((sub + 1)); done
+sub_dir=$camp/submissions/$sub
+mkdir -p "$files/submissions/$sub"
+
+# The submission's index.tsv and task.json files: the deterministic index <-> (method, seed) map.
+printf 'index\tmethod\tseed\n' >"$files/submissions/$sub/index.tsv"
 i=0
 while IFS=$'\t' read -r method custom; do
   if [ "$custom" != - ]; then
@@ -118,7 +144,7 @@ while IFS=$'\t' read -r method custom; do
   for seed in $seeds; do
     task=$files/tasks/$method-s$seed
     mkdir -p "$task"
-    printf '%s\t%s\t%s\n' "$i" "$method" "$seed" >>"$files/index.tsv"
+    printf '%s\t%s\t%s\n' "$i" "$method" "$seed" >>"$files/submissions/$sub/index.tsv"
     # shellcheck disable=SC2086
     /usr/bin/python3 -c 'import json,sys; i,m,s=sys.argv[1:4]; print(json.dumps({"index":int(i),"method":m,"seed":int(s),"overrides":["train.seed="+s]+sys.argv[4:]}))' \
       "$i" "$method" "$seed" $overrides $set_all >"$task/task.json"
@@ -126,11 +152,26 @@ while IFS=$'\t' read -r method custom; do
   done
 done < <(tail -n +2 <<<"$parsed")
 n=$i
-fnvlp_log "campaign $name: $n tasks in $camp (index.tsv)"
+# The campaign's cells: the earlier list in its order (a resubmitted cell now names this
+# submission), then this submission's new cells.
+/usr/bin/python3 - "$files/index.tsv" "$files/submissions/$sub/index.tsv" "$sub" <<'PY'
+import csv, os, sys
+path, new, sub = sys.argv[1:4]
+old = list(csv.DictReader(open(path), delimiter="\t")) if os.path.exists(path) else []
+cells = {(r["method"], r["seed"]): r.get("submission", "") for r in old}
+for r in csv.DictReader(open(new), delimiter="\t"):
+    cells[(r["method"], r["seed"])] = sub
+with open(path + ".tmp", "w") as f:
+    f.write("index\tmethod\tseed\tsubmission\n")
+    for i, ((m, s), k) in enumerate(cells.items()):
+        f.write(f"{i}\t{m}\t{s}\t{k}\n")
+os.replace(path + ".tmp", path)
+PY
+fnvlp_log "campaign $name: submission $sub, $n tasks ($sub_dir/index.tsv; all cells in $camp/index.tsv)"
 if fnvlp_dry_run; then
   while IFS=$'\t' read -r i method seed; do
     echo "array task $i: $(cat "$files/tasks/$method-s$seed/task.json")" >&2
-  done < <(tail -n +2 "$files/index.tsv")
+  done < <(tail -n +2 "$files/submissions/$sub/index.tsv")
 fi
 
 bins=(fnvlp-pretrain fnvlp-eval fnvlp-report)
@@ -154,7 +195,7 @@ fi
 read -r -a site <<<"${FNVLP_SBATCH_CAMPAIGN:-} ${FNVLP_SBATCH:-}"
 shard_id=$(fnvlp_submit_stage shard "")
 array_id=$(fnvlp_submit "${task_opts[@]}" "${site[@]}" --array="0-$((n - 1))%$concurrency" \
-  "$(fnvlp_afterok "$shard_id")" "$FNVLP_ROOT/slurm/campaign_task.sh" "$camp")
+  "$(fnvlp_afterok "$shard_id")" "$FNVLP_ROOT/slurm/campaign_task.sh" "$camp" "$sub_dir/index.tsv")
 read -r -a copts <<<"$(fnvlp_small_job_opts 1 "fnvlp-collect-$name")"
 # afterany: the table is made whatever the tasks' outcome, failed cells marked in it.
 collect_id=$(fnvlp_submit "${copts[@]}" "${site[@]}" "--dependency=afterany:$array_id" \
@@ -163,7 +204,8 @@ if fnvlp_dry_run; then
   fnvlp_log "dry run: nothing submitted, nothing written to $camp"
   exit 0
 fi
-printf 'shard\t%s\narray\t%s\ncollect\t%s\n' "$shard_id" "$array_id" "$collect_id" >"$camp/jobs.tsv"
+printf 'shard\t%s\narray\t%s\ncollect\t%s\n' "$shard_id" "$array_id" "$collect_id" >"$sub_dir/jobs.tsv"
+cp "$sub_dir/jobs.tsv" "$camp/jobs.tsv"
 fnvlp_log "submitted shard $shard_id -> array $array_id (0-$((n - 1))%$concurrency) -> collect $collect_id"
 fnvlp_log "results: $camp/results.md, $camp/results.csv, report $camp/report/"
 if [ "$wait" -eq 1 ]; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Final job of a campaign (afterany on the whole array: it runs whatever the tasks' outcome):
-# CAMPAIGN/results.csv and results.md (one row per task: method, seed, txt_r1 .. r_mean, status;
+# CAMPAIGN/results.csv and results.md (one row per cell of CAMPAIGN/index.tsv, i.e. of every
+# submission into the campaign: method, seed, txt_r1 .. r_mean, status;
 # a task without eval.json is a failed cell, marked with its job state; then mean +- std per
 # method over the seeds that succeeded), then fnvlp-report --campaign CAMPAIGN --out
 # CAMPAIGN/report (with the claims page of analysis/claims.py: report/claims.md). Job states come
@@ -17,22 +18,56 @@ source "$FNVLP_ROOT/slurm/common.sh"
 
 camp=${1:?usage: slurm/campaign_collect.sh CAMPAIGN_DIR}
 fnvlp_log_header "campaign collect $camp"
-# Each array task's final state, "INDEX STATE" per line (empty when the array id is unknown).
-array=$(awk -F'\t' '$1 == "array" {print $2}' "$camp/jobs.tsv" 2>/dev/null || true)
+# Each array task's state, "SUBMISSION TASKS STATE" per line, for every submission's array
+# (SUBMISSION "-": CAMPAIGN/jobs.tsv of a campaign submitted before submissions/ existed); TASKS is
+# an index or, for tasks still queued together, SLURM's range ("0-3%1", "1,3").
 states=""
-if [ -n "$array" ]; then
+add_states() {  # add_states SUBMISSION JOBS_TSV
+  local array st=""
+  array=$(awk -F'\t' '$1 == "array" {print $2}' "$2" 2>/dev/null || true)
+  [ -n "$array" ] || return 0
   if [ "$(scontrol show config 2>/dev/null | sed -n 's/^AccountingStorageType *= *//p')" != accounting_storage/none ] &&
-    states=$(sacct -n -X -P -j "$array" -o JobID,State 2>/dev/null) && [ -n "$states" ]; then
-    states=$(sed -nE 's/^[0-9]+_([0-9]+)\|([A-Z_]+).*/\1 \2/p' <<<"$states")
+    st=$(sacct -n -X -P -j "$array" -o JobID,State 2>/dev/null) && [ -n "$st" ]; then
+    st=$(sed -nE 's/^[0-9]+_\[?([0-9,%-]+)\]?\|([A-Z_]+).*/\1 \2/p' <<<"$st")
   else
-    states=$(scontrol show job -o "$array" 2>/dev/null |
-      sed -nE 's/.*ArrayTaskId=([0-9]+) .*JobState=([A-Z_]+).*/\1 \2/p' || true)
+    st=$(scontrol show job -o "$array" 2>/dev/null |
+      sed -nE 's/.*ArrayTaskId=([0-9,%-]+) .*JobState=([A-Z_]+).*/\1 \2/p' || true)
   fi
+  local line
+  while IFS= read -r line; do
+    [ -z "$line" ] || states+="$1 $line"$'\n'
+  done <<<"$st"
+}
+if [ -d "$camp/submissions" ]; then
+  for sub in "$camp"/submissions/*/; do add_states "$(basename "$sub")" "$sub/jobs.tsv"; done
+else
+  add_states - "$camp/jobs.tsv"
 fi
 /usr/bin/python3 - "$camp" "$states" <<'PY'
 import csv, json, math, os, sys
 camp = sys.argv[1]
-state = dict(l.split() for l in sys.argv[2].splitlines() if len(l.split()) == 2)
+def tasks(spec):  # "2", "0-3%1", "1,3-4" -> the indices, as strings
+    for part in spec.split("%")[0].split(","):
+        a, _, b = part.partition("-")
+        yield from (str(i) for i in range(int(a), int(b or a) + 1))
+state = {(w[0], i): w[2] for w in map(str.split, sys.argv[2].splitlines()) if len(w) == 3
+         for i in tasks(w[1])}
+# A cell whose task is still queued or running (another submission's, while this one collects)
+# is not failed: it has no results yet.
+ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
+          "RESIZING", "SUSPENDED", "REQUEUE_FED"}
+# Each submission's array index of a cell: (submission, method, seed) -> index.
+sub_index = {}
+subs = os.path.join(camp, "submissions")
+for sub in os.listdir(subs) if os.path.isdir(subs) else []:
+    if os.path.exists(os.path.join(subs, sub, "index.tsv")):
+        with open(os.path.join(subs, sub, "index.tsv")) as f:
+            for r in csv.DictReader(f, delimiter="\t"):
+                sub_index[(sub, r["method"], r["seed"])] = r["index"]
+def job_state(rec):
+    sub = rec.get("submission") or "-"
+    idx = rec["index"] if sub == "-" else sub_index.get((sub, rec["method"], rec["seed"]))
+    return state.get((sub, idx), "no job state")
 keys = ["txt_r1", "txt_r5", "txt_r10", "img_r1", "img_r5", "img_r10", "txt_r_mean", "img_r_mean", "r_mean"]
 rows, failed = [], []
 with open(os.path.join(camp, "index.tsv")) as f:
@@ -48,7 +83,11 @@ with open(os.path.join(camp, "index.tsv")) as f:
                        source="fnvlp-eval" if e.get("reranked", True) else "pretrain-val-itc")
         except (OSError, ValueError) as err:
             # A failed cell: marked with the task's job state, never dropped.
-            st = state.get(rec["index"], "no job state")
+            st = job_state(rec)
+            if st in ACTIVE:
+                row.update({k: "" for k in keys}, status=f"not run yet ({st})", source="")
+                rows.append(row)
+                continue
             row.update({k: "" for k in keys}, status=f"failed ({st})", source="")
             failed.append(f"task {rec['index']} ({rec['method']}, seed {rec['seed']}): {st}; "
                           f"{path}: {err}")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One task of an ablation campaign (array job of slurm/ablation_campaign.sh): the array index
-# selects (method, seed) in CAMPAIGN/index.tsv; pretraining into tasks/<method>-s<seed>/run
+# selects (method, seed) in its submission's index (CAMPAIGN/submissions/K/index.tsv; a campaign
+# submitted before those existed: CAMPAIGN/index.tsv); pretraining into tasks/<method>-s<seed>/run
 # (requeued and resumed on preemption like slurm/pretrain_4m.sh), then evaluation into eval.json.
 #SBATCH --job-name=fnvlp-camp
 #SBATCH --output=logs/%x-%A_%a.out
@@ -12,11 +13,12 @@ FNVLP_ROOT=${FNVLP_ROOT:-$(cd "$(dirname "${job_cmd:-${BASH_SOURCE[0]}}")/.." &&
 # shellcheck source=slurm/common.sh
 source "$FNVLP_ROOT/slurm/common.sh"
 
-camp=${1:?usage: sbatch --array=... slurm/campaign_task.sh CAMPAIGN_DIR}
+camp=${1:?usage: sbatch --array=... slurm/campaign_task.sh CAMPAIGN_DIR [INDEX_TSV]}
+index_tsv=${2:-$camp/index.tsv}
 index=${SLURM_ARRAY_TASK_ID:?not an array task}
-line=$(awk -F'\t' -v i="$index" 'NR > 1 && $1 == i' "$camp/index.tsv")
-[ -n "$line" ] || fnvlp_die "$camp/index.tsv has no index $index"
-IFS=$'\t' read -r _ method seed <<<"$line"
+line=$(awk -F'\t' -v i="$index" 'NR > 1 && $1 == i' "$index_tsv")
+[ -n "$line" ] || fnvlp_die "$index_tsv has no index $index"
+IFS=$'\t' read -r _ method seed _ <<<"$line"
 task=$camp/tasks/$method-s$seed
 export FNVLP_RUN=$task/run FNVLP_SEED=$seed
 # The task's overrides (method's and matrix-wide), from task.json; train.seed comes first.

@@ -434,6 +434,18 @@ fnvlp_job_records() {
   fi
 }
 
+# True (0) when a job (any task of an array) is still queued or running.
+fnvlp_jobs_active() {
+  local line
+  while IFS= read -r line; do
+    case "$(fnvlp_job_field "$line" JobState)" in
+      PENDING | RUNNING | CONFIGURING | COMPLETING | REQUEUED | REQUEUE_HOLD | RESIZING | SUSPENDED | REQUEUE_FED)
+        return 0 ;;
+    esac
+  done < <(fnvlp_job_records "$1")
+  return 1
+}
+
 fnvlp_wait_jobs() {
   local timeout=${FNVLP_WAIT_TIMEOUT:-3600} t0 id line state reason pending failed=""
   t0=$(date +%s)
