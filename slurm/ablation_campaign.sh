@@ -110,6 +110,14 @@ mkdir -p "$files/tasks"
 cp "$matrix" "$files/matrix.yaml"
 set_all=$(/usr/bin/python3 -c 'import sys,yaml; print(" ".join(yaml.safe_load(open(sys.argv[1])).get("set") or []))' "$matrix")
 
+bins=(fnvlp-pretrain fnvlp-eval fnvlp-report)
+fnvlp_check_stage_bins shard
+for b in "${bins[@]}"; do
+  [ -n "$(fnvlp_bin_path "$b")" ] && continue
+  case " $FNVLP_SKIP_MISSING " in *" $b "*) continue ;; esac
+  fnvlp_die "$b not built: the campaign needs it (cmake --build $FNVLP_BUILD_DIR --target $b)"
+done
+
 # Cells of an earlier submission still queued or running: refused before anything is written.
 read -r -a seed_list <<<"$seeds"
 cells=" "
@@ -174,14 +182,6 @@ if fnvlp_dry_run; then
   done < <(tail -n +2 "$files/submissions/$sub/index.tsv")
 fi
 
-bins=(fnvlp-pretrain fnvlp-eval fnvlp-report)
-fnvlp_check_stage_bins shard
-for b in "${bins[@]}"; do
-  [ -n "$(fnvlp_bin_path "$b")" ] && continue
-  case " $FNVLP_SKIP_MISSING " in *" $b "*) continue ;; esac
-  fnvlp_die "$b not built: the campaign needs it (cmake --build $FNVLP_BUILD_DIR --target $b)"
-done
-
 # Array tasks: pretraining resources (smoke: one node, FNVLP_RANKS tasks).
 task_opts=(--job-name="fnvlp-camp-$name" --requeue --open-mode=append --signal=B:USR1@120)
 if [ "$FNVLP_SCALE" = smoke ]; then
@@ -213,7 +213,13 @@ if [ "$wait" -eq 1 ]; then
   fnvlp_wait_jobs "$shard_id" || { scancel "$array_id" "$collect_id" 2>/dev/null || true; exit 1; }
   fnvlp_wait_jobs "$collect_id" || exit 1
   cat "$camp/results.md"
-  if grep -q '^| .* | failed (' "$camp/results.md"; then
+  # This submission's cells decide (the table also lists earlier submissions' cells).
+  if ! /usr/bin/python3 - "$camp/results.csv" "$sub_dir/index.tsv" <<'PY'; then
+import csv, sys
+mine = {(r["method"], r["seed"]) for r in csv.DictReader(open(sys.argv[2]), delimiter="\t")}
+sys.exit(any((r["method"], r["seed"]) in mine and r["status"].startswith("failed")
+             for r in csv.DictReader(open(sys.argv[1]))))
+PY
     fnvlp_die "campaign $name: failed cells (marked in $camp/results.md)"
   fi
   fnvlp_log "campaign $name completed"
