@@ -434,14 +434,19 @@ fnvlp_job_records() {
   fi
 }
 
+# True (0) for a job state that may still change: queued, running or being requeued.
+fnvlp_state_active() {
+  case "$1" in
+    PENDING | RUNNING | CONFIGURING | COMPLETING | REQUEUED | REQUEUE_HOLD | RESIZING | SUSPENDED | REQUEUE_FED) return 0 ;;
+  esac
+  return 1
+}
+
 # True (0) when a job (any task of an array) is still queued or running.
 fnvlp_jobs_active() {
   local line
   while IFS= read -r line; do
-    case "$(fnvlp_job_field "$line" JobState)" in
-      PENDING | RUNNING | CONFIGURING | COMPLETING | REQUEUED | REQUEUE_HOLD | RESIZING | SUSPENDED | REQUEUE_FED)
-        return 0 ;;
-    esac
+    fnvlp_state_active "$(fnvlp_job_field "$line" JobState)" && return 0
   done < <(fnvlp_job_records "$1")
   return 1
 }
@@ -457,17 +462,14 @@ fnvlp_wait_jobs() {
         [ -n "$line" ] || continue
         state=$(fnvlp_job_field "$line" JobState)
         reason=$(fnvlp_job_field "$line" Reason)
-        case "$state" in
-          COMPLETED) ;;
-          PENDING | RUNNING | CONFIGURING | COMPLETING | REQUEUED | REQUEUE_HOLD | RESIZING | SUSPENDED | REQUEUE_FED)
-            if [ "$state" = PENDING ] && [ "$reason" = DependencyNeverSatisfied ]; then
-              failed="$failed $(fnvlp_job_field "$line" JobId):$state:$reason"
-            else
-              pending=1
-            fi
-            ;;
-          *) failed="$failed $(fnvlp_job_field "$line" JobId):$state:$reason" ;;
-        esac
+        if [ "$state" = COMPLETED ]; then
+          :
+        elif fnvlp_state_active "$state" &&
+          ! { [ "$state" = PENDING ] && [ "$reason" = DependencyNeverSatisfied ]; }; then
+          pending=1
+        else
+          failed="$failed $(fnvlp_job_field "$line" JobId):$state:$reason"
+        fi
       done < <(fnvlp_job_records "$id")
     done
     if [ -n "$failed" ]; then
