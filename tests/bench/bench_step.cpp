@@ -161,8 +161,7 @@ class StepBench {
     if (!finite) return total_value;
     total.backward();
     grads_->allreduce_mean(comm_);
-    train::fused_adamw_step(
-        *optimizer_, cfg_.optim.grad_clip > 0 ? grads_->clip_factor(cfg_.optim.grad_clip) : 1.0f);
+    train::adamw_step(*optimizer_, *grads_, cfg_.optim.grad_clip);
     return total_value;
   }
 

@@ -306,8 +306,8 @@ Replay replay(const GoldenFile& f) {
       for (auto& item : model->named_parameters())
         r.grads[item.key()] = item.value().grad().to(torch::kCPU).clone();
     double norm = 0;
-    const float factor = clip > 0 ? grads.clip_factor(clip, &norm) : 1.0f;
-    train::fused_adamw_step(optimizer, factor);
+    if (clip > 0) grads.clip_factor(clip, &norm);  // the norm alone: the step clips by itself
+    train::adamw_step(optimizer, grads, clip);
     r.grad_norm[s] = norm;
     r.lr[s] = lr;
   }

@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <c10/util/C++17.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <vector>
@@ -88,6 +89,84 @@ bool fused_adamw_step(torch::optim::AdamW& opt, float grad_scale) {
     });
   }
   return true;
+}
+
+bool multi_tensor_adamw_available() {
+#if TORCH_VERSION_MAJOR >= 2
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool multi_tensor_adamw_step(torch::optim::AdamW& opt, const torch::Tensor& grad_divisor) {
+  torch::NoGradGuard no_grad;
+  auto& states = opt.state();
+  struct Group {
+    std::vector<torch::Tensor> p, g, m, v;
+    std::vector<torch::optim::AdamWParamState*> st;
+    const torch::optim::AdamWOptions* options;
+  };
+  std::vector<Group> groups;
+  bool fused = multi_tensor_adamw_available();
+  for (auto& group : opt.param_groups()) {
+    Group gr;
+    gr.options = &static_cast<const torch::optim::AdamWOptions&>(group.options());
+    if (gr.options->amsgrad()) fused = false;
+    for (auto& p : group.params()) {
+      const torch::Tensor& g = p.grad();
+      if (!g.defined()) continue;  // libtorch skips it too
+      auto it = states.find(optimizer_state_key(opt, p));
+      if (it == states.end() || p.scalar_type() != torch::kFloat || g.is_sparse()) {
+        fused = false;
+        continue;
+      }
+      auto* st = static_cast<torch::optim::AdamWParamState*>(it->second.get());
+      if (!gr.st.empty() && st->step() != gr.st[0]->step()) fused = false;
+      gr.p.push_back(p);
+      gr.g.push_back(g);
+      gr.m.push_back(st->exp_avg());
+      gr.v.push_back(st->exp_avg_sq());
+      gr.st.push_back(st);
+    }
+    groups.push_back(std::move(gr));
+  }
+  if (!fused) {
+    if (grad_divisor.defined())
+      for (auto& group : opt.param_groups())
+        for (auto& p : group.params())
+          if (p.grad().defined()) p.mutable_grad().div_(grad_divisor);
+    opt.step();
+    return false;
+  }
+#if TORCH_VERSION_MAJOR >= 2
+  std::optional<at::Tensor> divisor;
+  if (grad_divisor.defined()) divisor = grad_divisor.to(torch::kFloat).reshape({});
+  for (auto& gr : groups) {
+    if (gr.p.empty()) continue;
+    const int64_t t = gr.st[0]->step() + 1;
+    for (auto* st : gr.st) st->step(t);
+    // The kernel reads each parameter's step from a float tensor on its device: one fill for
+    // the group, one view per parameter.
+    const std::vector<torch::Tensor> steps =
+        torch::full({static_cast<int64_t>(gr.p.size())}, static_cast<double>(t),
+                    gr.p[0].options().dtype(torch::kFloat))
+            .unbind(0);
+    const auto& o = *gr.options;
+    at::_fused_adamw_(gr.p, gr.g, gr.m, gr.v, /*max_exp_avg_sqs=*/{}, steps, o.lr(),
+                      std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(), o.eps(),
+                      /*amsgrad=*/false, /*maximize=*/false, divisor, /*found_inf=*/std::nullopt);
+  }
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool adamw_step(torch::optim::AdamW& opt, FlatGradients& grads, double clip) {
+  if (grads.buffer().is_cuda() && multi_tensor_adamw_available())
+    return multi_tensor_adamw_step(opt, clip > 0 ? grads.clip_divisor(clip) : torch::Tensor());
+  return fused_adamw_step(opt, clip > 0 ? grads.clip_factor(clip) : 1.0f);
 }
 
 }  // namespace fnvlp::train

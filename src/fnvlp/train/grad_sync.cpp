@@ -46,6 +46,12 @@ float FlatGradients::clip_factor(double max_norm, double* norm_out) {
   return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
 }
 
+torch::Tensor FlatGradients::clip_divisor(double max_norm) {
+  rebind_replaced();
+  torch::NoGradGuard no_grad;
+  return ((flat_.norm() + 1e-6) / max_norm).clamp_min(1.0);
+}
+
 void FlatGradients::rebind_replaced() {
   torch::NoGradGuard no_grad;
   const float* base = flat_.data_ptr<float>();

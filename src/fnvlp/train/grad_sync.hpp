@@ -38,6 +38,10 @@ class FlatGradients {
   // optimizer step that applies it on the fly (fused_adamw_step's grad_scale). `norm`, if given,
   // receives the global L2 norm.
   float clip_factor(double max_norm, double* norm = nullptr);
+  // 1 / clip_factor as a 0-dim float tensor on the buffer's device, max(1, (norm + 1e-6) /
+  // max_norm), computed there: no host read of the norm, so a CUDA step does not wait for its
+  // backward here (multi_tensor_adamw_step's grad_divisor).
+  torch::Tensor clip_divisor(double max_norm);
   // How many gradients were found replaced and re-bound so far (0 in a normal run).
   int64_t rebinds() const { return rebinds_; }
   const torch::Tensor& buffer() const { return flat_; }

@@ -316,8 +316,7 @@ StepLosses Trainer::train_step(const data::Batch& host_batch) {
   grads_->allreduce_mean(comm_);
   clock_.lap(StepClock::kComm);
   // Clipping's scale applied inside the AdamW pass (no pass of its own over the gradients).
-  fused_adamw_step(*optimizer_,
-                   cfg_.optim.grad_clip > 0 ? grads_->clip_factor(cfg_.optim.grad_clip) : 1.0f);
+  adamw_step(*optimizer_, *grads_, cfg_.optim.grad_clip);
   clock_.lap(StepClock::kOptimizer);
   for (auto& m : methods_) m->after_step(s);  // momentum EMA, FALCON's policy update
   clock_.lap(StepClock::kFalcon);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <torch/version.h>
 #include <sstream>
 
 #include "fnvlp/train/fused_adamw.hpp"
@@ -136,6 +137,77 @@ TEST(FusedAdamW, StateRoundTripsThroughLibtorchSerialization) {
   a.opt->step();
   EXPECT_TRUE(fnvlp::train::fused_adamw_step(*b.opt));
   expect_same(a, b);
+}
+
+// ATen's multi-tensor kernel (the CUDA step's path) against the one-pass CPU step, run here on
+// CPU tensors (libtorch >= 2.4 has both kernels): same parameters and state within float
+// rounding, with a gradient divisor read from a tensor as the CUDA step's clipping passes it.
+TEST(FusedAdamW, MultiTensorKernelMatchesOnePassStep) {
+  if (!fnvlp::train::multi_tensor_adamw_available())
+    GTEST_SKIP() << "this libtorch (" << TORCH_VERSION << ") has no at::_fused_adamw_";
+  Opt one_pass = make(3), multi = make(3);
+  for (int step = 0; step < 6; ++step) {
+    const double lr = 1e-2 * (1.0 + step) / 6.0;
+    const float divisor = step % 3 == 0 ? 1.0f : 1.5f + 0.5f * static_cast<float>(step);
+    set_lr(one_pass, lr);
+    set_lr(multi, lr);
+    set_grads(one_pass, 2 * step);  // even: every parameter has its gradient
+    set_grads(multi, 2 * step);
+    fnvlp::train::fused_adamw_step(*one_pass.opt, 1.0f / divisor);
+    const bool took = fnvlp::train::multi_tensor_adamw_step(*multi.opt, torch::tensor(divisor));
+    EXPECT_EQ(took, step > 0) << "step " << step;  // the first step creates the state
+    // Different formulas (ATen's kernel lerps the first moment), so not allclose element by
+    // element where a moment cancels to ~0: within float rounding of each tensor's scale.
+    for (size_t i = 0; i < multi.params.size(); ++i) {
+      const auto &sa = state_of(one_pass, i), &sb = state_of(multi, i);
+      EXPECT_EQ(sa.step(), sb.step());
+      const std::pair<torch::Tensor, torch::Tensor> pairs[] = {
+          {one_pass.params[i], multi.params[i]},
+          {sa.exp_avg(), sb.exp_avg()},
+          {sa.exp_avg_sq(), sb.exp_avg_sq()}};
+      for (const auto& [a, b] : pairs) {
+        const double scale = a.abs().max().item<double>();
+        EXPECT_LE((a - b).abs().max().item<double>(), 1e-6 * scale)
+            << "param " << i << ", step " << step;
+      }
+    }
+  }
+  EXPECT_EQ(state_of(multi, 0).step(), 6);
+  EXPECT_FALSE(torch::allclose(multi.params[0], make(3).params[0]));
+}
+
+// A group whose parameters are at different step counts (one had no gradient for a step) cannot
+// share the kernel's one step value: libtorch's step takes it, and it still matches.
+TEST(FusedAdamW, MultiTensorFallsBackOnUnequalSteps) {
+  if (!fnvlp::train::multi_tensor_adamw_available())
+    GTEST_SKIP() << "this libtorch (" << TORCH_VERSION << ") has no at::_fused_adamw_";
+  Opt ref = make(4), multi = make(4);
+  for (int step = 0; step < 4; ++step) {
+    set_grads(ref, step);  // parameter 2 without gradient on odd steps
+    set_grads(multi, step);
+    ref.opt->step();
+    const bool took = fnvlp::train::multi_tensor_adamw_step(*multi.opt, torch::Tensor());
+    // Step 0 creates the state and step 2 finds parameter 2 one step behind parameter 0 (same
+    // group): libtorch's. On 1 and 3 parameter 2 has no gradient and is skipped, as libtorch
+    // skips it: the kernel's.
+    EXPECT_EQ(took, step % 2 == 1) << "step " << step;
+    expect_same(ref, multi);
+  }
+}
+
+// clip_divisor is clip_factor's reciprocal, computed without leaving the tensor.
+TEST(FusedAdamW, ClipDivisorIsTheFactorsReciprocal) {
+  Opt s = make(5);
+  fnvlp::train::FlatGradients grads(s.params);
+  auto g = at::make_generator<at::CPUGeneratorImpl>(9);
+  for (auto& p : s.params) p.mutable_grad().copy_(torch::randn(p.sizes(), g));
+  for (double max_norm : {0.5, 2.0, 1e6}) {
+    const float factor = grads.clip_factor(max_norm);
+    const torch::Tensor divisor = grads.clip_divisor(max_norm);
+    EXPECT_EQ(divisor.dim(), 0);
+    EXPECT_NEAR(divisor.item<double>() * factor, 1.0, 1e-6) << "max_norm " << max_norm;
+  }
+  EXPECT_EQ(grads.clip_divisor(1e6).item<float>(), 1.0f);  // no clipping below the bound
 }
 
 }  // namespace
