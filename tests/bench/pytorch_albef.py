@@ -627,6 +627,10 @@ def main():
     ap.add_argument("--flop-count", choices=["auto", "off"], default="auto",
                     help="compute: auto = one extra eager step under FlopCounterMode after the "
                          "timed ones, where PyTorch has it (>= 2.1)")
+    ap.add_argument("--profile", metavar="TRACE",
+                    help="compute: after the timed steps, --profile-steps more under "
+                         "torch.profiler, saved as a Chrome trace (tests/bench/trace_summary.py)")
+    ap.add_argument("--profile-steps", type=int, default=3)
     a = ap.parse_args()
     backend = setup_device(a, ap)
     # New keys in the JSON only where a new option is in use: the existing modes print as before.
@@ -699,6 +703,16 @@ def main():
             if a.flop_count == "auto":
                 counted = step.count_flops(*batch)
                 out.update(flops_per_sample_counted=counted / b if counted else None)
+        if a.profile:  # after the timed steps: the profiler's overhead stays out of them
+            from torch.profiler import ProfilerActivity, profile
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
+            sync(dev)
+            with profile(activities=acts, record_shapes=True) as prof:
+                for _ in range(a.profile_steps):
+                    step(*batch)
+                sync(dev)
+            prof.export_chrome_trace(a.profile)
+            out.update(profile=a.profile, profile_steps=a.profile_steps)
     else:
         if Image is None:
             ap.error("--mode epoch needs numpy and PIL")

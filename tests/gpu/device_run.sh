@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a lent GPU machine (tests/gpu/device_pack.sh made DIR here): unpacks the runtime prefix,
 # points the programs at that machine's PyTorch and CUDA libraries, and runs the named parts:
-#   checks: the gpu ctest cases (golden step, equivalence, shared GPU, bf16, kill + resume, NCCL)
+#   checks: the gpu ctest cases (golden step, equivalence, shared GPU, bf16, kill + resume, NCCL,
+#           profile)
 #   bench:  tests/bench/gpu_pretrain.sh
 # Results go to $OUT (gpu_checks.log, results.jsonl, ...). Usage: device_run.sh DIR PART...
 set -uo pipefail
@@ -44,7 +45,7 @@ check() {  # NAME COMMAND...: runs one check, one summary line per check
 }
 for part in "$@"; do
   case $part in
-  equivalence | bf16 | kill_resume | shared_gpu | no_cuda)
+  equivalence | bf16 | kill_resume | shared_gpu | no_cuda | profile)
     check "gpu_$part" bash "$root/tests/gpu/gpu_pretrain.sh" "$part" "$bin" "$dir/vocab.txt" "$root"
     ;;
   nccl) check nccl_np1 mpirun --oversubscribe -np 1 "$bin/tests/mpi/fnvlp_nccl_tests" ;;
@@ -52,7 +53,7 @@ for part in "$@"; do
     check golden_step env FNVLP_GOLDEN_DEVICE=cuda FNVLP_GOLDEN_FILE="$bin/tests/golden/tiny_step.h5" \
       "$bin/tests/golden/fnvlp_golden_tests"
     check nccl_np1 mpirun --oversubscribe -np 1 "$bin/tests/mpi/fnvlp_nccl_tests"
-    for c in equivalence bf16 kill_resume shared_gpu no_cuda; do
+    for c in equivalence bf16 kill_resume shared_gpu no_cuda profile; do
       check "gpu_$c" bash "$root/tests/gpu/gpu_pretrain.sh" "$c" "$bin" "$dir/vocab.txt" "$root"
     done
     ;;

@@ -6,6 +6,9 @@
 #   shared_gpu   2 ranks on one GPU with comm.backend=mpi (host-staged collectives) vs 2 CPU ranks
 #   bf16         CUDA bf16 vs CUDA fp32: step 1 within 3e-2, finite and learning over 30 steps
 #   kill_resume  100 deterministic CUDA steps, SIGKILL at step 50, --resume auto: bitwise equal
+#   profile      train.profile_steps: a Chrome trace of the profiled steps (their kernels on a
+#                GPU) that tests/bench/trace_summary.py reads; with libtorch 1.13 a usage error
+#                (runs anywhere: on the GPU when there is one, else on the CPU)
 # Without a usable GPU the GPU cases print "SKIPPED: <why>" and exit 77 (ctest: Skipped).
 set -euo pipefail
 case_=$1 bin=$2 vocab=$3 src=$4
@@ -141,6 +144,41 @@ kill_resume)
   expect "resumed from .*step-0000050 \(step 50," "$work/a.txt"
   compare ref a 0 0
   echo "  bitwise equal after the resume at step 50"
+  ;;
+profile)
+  make_data
+  dev=cuda
+  ldd "$bin/jobs/fnvlp-pretrain" | grep -q libtorch_cuda && nvidia-smi -L >/dev/null 2>&1 || dev=cpu
+  # 2 ranks: only rank 0 writes. On one GPU they share it through MPI (NCCL refuses that).
+  prof=(--set train.max_steps=5 --set train.device=$dev --set comm.backend=mpi
+    --set train.profile_start=2 --set train.profile_steps=2)
+  if ldd "$bin/jobs/fnvlp-pretrain" | grep -q 'libtorch_cpu.so.1\.'; then  # Debian's 1.13
+    set +e
+    timeout 300 "${mpirun1[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/a" \
+      "${prof[@]}" >"$work/a.txt" 2>&1
+    rc=$?
+    set -e
+    [ "$rc" -eq 2 ] || { tail -20 "$work/a.txt"; fail "exit $rc, expected 2"; }
+    expect "train.profile_steps needs libtorch 2.x" "$work/a.txt"
+    echo "  libtorch 1.13: exit 2 with the reason"
+  else
+    run a 2 "${prof[@]}"
+    expect "profiling steps 2 to 3" "$work/a.txt"
+    [ ! -e "$work/a/profile/trace-rank1.json" ] || fail "rank 1 wrote a trace"
+    "$py" "$src/tests/bench/trace_summary.py" "$work/a/profile/trace-rank0.json" --steps 2 \
+      --json "$work/s.json" >"$work/s.txt"
+    sed -n 1,4p "$work/s.txt"
+    "$py" - "$work/s.json" "$dev" <<'PY'
+import json, sys
+s, dev = json.load(open(sys.argv[1])), sys.argv[2]
+names = {r["name"] for r in s["top_level_ops"]}
+assert s["ops_per_step"] > 100, s["ops_per_step"]  # a step of the tiny model, not an empty trace
+assert any("backward" in n.lower() or "Backward" in n for n in names), sorted(names)
+if dev == "cuda":
+    assert s["kernels_per_step"] > 100 and 0 <= s["gpu_idle"] < 1, s
+print("  %s: %.0f host ops per profiled step" % (dev, s["ops_per_step"]))
+PY
+  fi
   ;;
 *) fail "unknown case $case_" ;;
 esac

@@ -125,7 +125,11 @@ struct TrainConfig {
       (int64_t, log_every, 10, config::at_least(1)),
       (int64_t, prefetch, 3, config::at_least(0)),  // batches read ahead by the loader thread
       (bool, export_embeddings, true),  // embeddings/epoch-EEE.h5 at every epoch end
-      (int64_t, export_batch, 256, config::at_least(1)))
+      (int64_t, export_batch, 256, config::at_least(1)),
+      // > 0: the PyTorch profiler over this many steps of rank 0 from profile_start, a Chrome
+      // trace in RUN/profile/ (train/step_profiler.hpp; libtorch 2.x)
+      (int64_t, profile_steps, 0, config::at_least(0)),
+      (int64_t, profile_start, 10, config::at_least(0)))
   // clang-format on
 };
 

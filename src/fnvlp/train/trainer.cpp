@@ -34,6 +34,7 @@
 #include "fnvlp/train/methods.hpp"
 #include "fnvlp/train/schedule.hpp"
 #include "fnvlp/train/signals.hpp"
+#include "fnvlp/train/step_profiler.hpp"
 #include "fnvlp/train/step_telemetry.hpp"
 #include "fnvlp/train/trainer_impl.hpp"
 
@@ -199,6 +200,8 @@ int Trainer::run(Watchdog& dog) {
         dataset_.num_pairs(), comm_.size(), cfg_.train.batch_size, uniform_steps_, total_steps_,
         model_->num_parameters() / 1e6);
   RunStatus status = RunStatus::kCompleted;
+  StepProfiler profiler(cfg_.train.profile_start, cfg_.train.profile_steps,
+                        opt_.run_dir + "/profile/trace-rank0.json", comm_.rank());
   telemetry_.start(total_steps_);
   clock_.last = std::chrono::steady_clock::now();
   while (step_ < total_steps_) {
@@ -220,7 +223,9 @@ int Trainer::run(Watchdog& dog) {
     for (auto& m : methods_) m->on_batch(loader.state());
     clock_.lap(StepClock::kBatch);
     dog.beat(step_, "step");
+    profiler.before_step(step_);
     telemetry_.add(train_step(batch), batch.size() * comm_.size());
+    profiler.after_step(step_);
     ++step_;
     ++step_in_epoch_;
     samples_seen_ += cfg_.train.batch_size * comm_.size();
