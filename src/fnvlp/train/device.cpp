@@ -74,9 +74,6 @@ DeviceChoice choose_device(const Comm& comm, DeviceKind want) {
     return c;
   }
 #if FNVLP_WITH_CUDA
-  // cuBLAS reads it when its first handle is made: reproducible GEMM reductions
-  // (train.deterministic)
-  setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
   const int index = c.local_rank % c.visible;
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
   c.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
@@ -107,6 +104,10 @@ std::unique_ptr<NcclComm> make_device_comm(const Comm& comm, const DeviceChoice&
 
 void configure_cuda_math(const torch::Device& device, bool on) {
   if (!device.is_cuda()) return;
+  // PyTorch's deterministic mode accepts cuBLAS only with a fixed workspace configuration (else
+  // it warns at every GEMM). Set only then: while it is set, libtorch parses it with a std::regex
+  // at every cuBLAS call (aten/src/ATen/cuda/CublasHandlePool.cpp), host time on every GEMM.
+  if (on) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
   auto& ctx = at::globalContext();
   ctx.setFloat32MatmulPrecision("highest");
   ctx.setAllowTF32CuDNN(false);

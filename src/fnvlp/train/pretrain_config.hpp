@@ -114,7 +114,8 @@ struct TrainConfig {
       (int64_t, max_steps, 0, config::at_least(0)),
       (int64_t, seed, 42),
       // fixed reduction order and per-step seeding: bitwise repeatable; on CUDA also deterministic
-      // ATen/cuDNN algorithms and cuBLAS workspaces (train/device.hpp)
+      // ATen/cuDNN algorithms and cuBLAS workspaces (train/device.hpp), at a cost in throughput
+      // there (tests/bench/README.md)
       (bool, deterministic, true),
       // libtorch intra-op threads per rank (DESIGN.md §5)
       (int64_t, threads, 1, config::at_least(1)),
