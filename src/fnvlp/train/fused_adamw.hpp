@@ -34,10 +34,11 @@ bool multi_tensor_adamw_available();
 // the step costs the GPU's time, not the host's. The update is the formula above in float.
 // grad_divisor: undefined, or a 0-dim float tensor on the parameters' device that every gradient
 // is divided by before it enters the update (FlatGradients::clip_divisor); read by the kernel, so
-// clipping needs no host read of the gradient norm. Unlike fused_adamw_step's, the gradients
-// may be left divided (ATen's kernels store them back). Falls back to libtorch's step (the
-// gradients divided first) where fused_adamw_step would, or where a group's parameters are at
-// different step counts; returns false then.
+// clipping needs no host read of the gradient norm. Unlike fused_adamw_step's, the gradients are
+// left divided (the kernel stores them back). Falls back to libtorch's step (the gradients
+// divided first) on the first step (no state yet), amsgrad, a parameter that is not float32 or
+// has a sparse gradient, or a group whose parameters are at different step counts; returns false
+// then.
 bool multi_tensor_adamw_step(torch::optim::AdamW& opt, const torch::Tensor& grad_divisor);
 
 // The training step's AdamW, chosen in this one place: multi_tensor_adamw_step for CUDA parameters

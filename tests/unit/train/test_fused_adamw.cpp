@@ -154,7 +154,10 @@ TEST(FusedAdamW, MultiTensorKernelMatchesOnePassStep) {
     set_grads(one_pass, 2 * step);  // even: every parameter has its gradient
     set_grads(multi, 2 * step);
     fnvlp::train::fused_adamw_step(*one_pass.opt, 1.0f / divisor);
+    const torch::Tensor grad0 = multi.params[0].grad().clone();
     const bool took = fnvlp::train::multi_tensor_adamw_step(*multi.opt, torch::tensor(divisor));
+    // Either path leaves the gradients divided (the kernel stores them back).
+    EXPECT_TRUE(torch::allclose(multi.params[0].grad(), grad0 / divisor)) << "step " << step;
     EXPECT_EQ(took, step > 0) << "step " << step;  // the first step creates the state
     // Different formulas (ATen's kernel lerps the first moment), so not allclose element by
     // element where a moment cancels to ~0: within float rounding of each tensor's scale.
