@@ -7,7 +7,8 @@
 #
 # Usage: tests/bench/gpu_pretrain.sh BUILD_DIR VOCAB [OUT]   (OUT: where results.jsonl goes)
 # Environment: PRESETS ("tiny small base"), PRECISIONS ("fp32 bf16"), STEPS (60; base 20),
-# DEVICE (cuda; cpu for a dry run of the script), DETERMINISTIC ("true": train.deterministic values to run, e.g. "true false"),
+# DEVICE (cuda; cpu for a dry run of the script), DETERMINISTIC ("true": the train.deterministic
+# values to run, e.g. "true false"),
 # TWIN (1: also run the twin's eager cells), PYTHON (python3),
 # PROFILE ("": cells as PRESET:PRECISION, e.g. "tiny:fp32 base:bf16", each profiled for 3 steps
 # after 12 in fnvlp (train.profile_steps) and in the twin's eager step (--profile): gzipped

@@ -164,6 +164,7 @@ profile)
   else
     run a 2 "${prof[@]}"
     expect "profiling steps 2 to 3" "$work/a.txt"
+    [ -s "$work/a/profile/trace-rank0.json" ] || fail "no trace of rank 0"
     [ ! -e "$work/a/profile/trace-rank1.json" ] || fail "rank 1 wrote a trace"
     "$py" "$src/tests/bench/trace_summary.py" "$work/a/profile/trace-rank0.json" --steps 2 \
       --json "$work/s.json" >"$work/s.txt"
@@ -173,7 +174,7 @@ import json, sys
 s, dev = json.load(open(sys.argv[1])), sys.argv[2]
 names = {r["name"] for r in s["top_level_ops"]}
 assert s["ops_per_step"] > 100, s["ops_per_step"]  # a step of the tiny model, not an empty trace
-assert any("backward" in n.lower() or "Backward" in n for n in names), sorted(names)
+assert any("backward" in n.lower() for n in names), sorted(names)
 if dev == "cuda":
     assert s["kernels_per_step"] > 100 and 0 <= s["gpu_idle"] < 1, s
 print("  %s: %.0f host ops per profiled step" % (dev, s["ops_per_step"]))

@@ -200,8 +200,9 @@ int Trainer::run(Watchdog& dog) {
         dataset_.num_pairs(), comm_.size(), cfg_.train.batch_size, uniform_steps_, total_steps_,
         model_->num_parameters() / 1e6);
   RunStatus status = RunStatus::kCompleted;
-  StepProfiler profiler(cfg_.train.profile_start, cfg_.train.profile_steps,
-                        opt_.run_dir + "/profile/trace-rank0.json", comm_.rank());
+  StepProfiler profiler(
+      cfg_.train.profile_start, cfg_.train.profile_steps,
+      opt_.run_dir + "/profile/trace-rank" + std::to_string(comm_.rank()) + ".json", comm_.rank());
   telemetry_.start(total_steps_);
   clock_.last = std::chrono::steady_clock::now();
   while (step_ < total_steps_) {
