@@ -11,7 +11,7 @@
 # values to run, e.g. "true false"),
 # TWIN (1: also run the twin's eager cells), PYTHON (python3),
 # PROFILE ("": cells as PRESET:PRECISION, e.g. "tiny:fp32 base:bf16", each profiled for 3 steps
-# after 12 in fnvlp (train.profile_steps) and in the twin's eager step (--profile): gzipped
+# after 12 in fnvlp (train.profile_steps, with the last DETERMINISTIC value) and in the twin's eager step (--profile): gzipped
 # Chrome traces and tests/bench/trace_summary.py's summaries in OUT).
 # Each fnvlp line also has phase_ms, the host wall time of the step's phases (StepClock; without
 # a synchronisation a phase's figure is the host's, the GPU's waits land where the host waits).
@@ -60,13 +60,15 @@ PY
       tail -n 1 "$out/results.jsonl"
     done
   done
+  profile_det=${DETERMINISTIC:-true}
+  profile_det=${profile_det##* }
   for cell in ${PROFILE:-}; do
     [ "${cell%%:*}" = "$preset" ] || continue
     prec=${cell#*:} run=$work/$preset-$prec-profile
     mpirun -np 1 "$bin/jobs/fnvlp-pretrain" --data "$work/$preset-shards" \
       --config "$root/jobs/configs/$preset.yaml" --out "$run" --set train.device="${DEVICE:-cuda}" \
       --set train.precision="$prec" --set train.max_steps=16 --set train.profile_start=12 \
-      --set train.profile_steps=3 --set train.deterministic="${det:-true}" \
+      --set train.profile_steps=3 --set train.deterministic="$profile_det" \
       --set train.export_embeddings=false --set checkpoint.every_steps=0 --set train.threads=4 \
       --set train.prefetch=4 >"$run.txt" 2>&1 || { tail -20 "$run.txt"; echo "FAIL: profile $cell"; continue; }
     "$py" "$root/tests/bench/trace_summary.py" "$run/profile/trace-rank0.json" --steps 3 \

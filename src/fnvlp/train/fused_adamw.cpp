@@ -141,7 +141,7 @@ bool multi_tensor_adamw_step(torch::optim::AdamW& opt, const torch::Tensor& grad
   }
 #if TORCH_VERSION_MAJOR >= 2
   std::optional<at::Tensor> divisor;
-  if (grad_divisor.defined()) divisor = grad_divisor.to(torch::kFloat).reshape({});
+  if (grad_divisor.defined()) divisor = grad_divisor;
   for (auto& gr : groups) {
     if (gr.p.empty()) continue;
     const int64_t t = gr.st[0]->step() + 1;

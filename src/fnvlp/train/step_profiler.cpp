@@ -15,11 +15,9 @@
 
 namespace fnvlp::train {
 
-bool step_profiler_available() { return TORCH_VERSION_MAJOR >= 2; }
-
 StepProfiler::StepProfiler(int64_t start, int64_t steps, std::string path, int rank)
     : start_(start), end_(start + steps), path_(std::move(path)), enabled_(steps > 0 && rank == 0) {
-  if (steps > 0 && !step_profiler_available())
+  if (steps > 0 && TORCH_VERSION_MAJOR < 2)
     throw UsageError(
         "train.profile_steps needs libtorch 2.x (the GPU build, FNVLP_GPU=1 "
         "env/build.sh); this build has libtorch " TORCH_VERSION);

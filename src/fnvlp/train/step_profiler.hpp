@@ -11,8 +11,6 @@
 
 namespace fnvlp::train {
 
-bool step_profiler_available();
-
 class StepProfiler {
  public:
   // steps == 0 or a rank other than 0: does nothing.
