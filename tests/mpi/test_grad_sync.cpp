@@ -54,6 +54,24 @@ TEST(GradSync, AllgatherRowsKeepsRankOrderAndOffsets) {
   EXPECT_FALSE(all.requires_grad());
 }
 
+// The gathered rows are a float copy without gradient at every rank count (at one rank no
+// collective runs: still a copy, never a view of the caller's tensor).
+TEST(GradSync, AllgatherRowsIsAFloatCopy) {
+  Comm comm;
+  const auto local =
+      torch::arange(6, torch::kFloat).reshape({3, 2}).add(comm.rank()).requires_grad_(true);
+  int64_t offset = -1;
+  auto all = fnvlp::train::allgather_rows(comm, local, &offset);
+  EXPECT_EQ(offset, 3 * comm.rank());
+  ASSERT_EQ(all.scalar_type(), torch::kFloat);
+  EXPECT_FALSE(all.requires_grad());
+  all.zero_();
+  EXPECT_EQ(local.detach().sum().item<float>(), 15.0f + 6.0f * comm.rank());
+  auto halves = fnvlp::train::allgather_rows(comm, local.detach().to(torch::kBFloat16), nullptr);
+  EXPECT_EQ(halves.scalar_type(), torch::kFloat);
+  EXPECT_TRUE(torch::equal(halves.narrow(0, 3 * comm.rank(), 3), local.detach()));
+}
+
 TEST(GradSync, FlatGradientsAverageInPlaceLikeTheBuckets) {
   Comm comm;
   const int n = comm.size();

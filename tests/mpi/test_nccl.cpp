@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 #include "fnvlp/comm/nccl.hpp"
 #include "fnvlp/comm/node_local.hpp"  // the node-local rank picks the GPU
 #include "fnvlp/comm/tensors.hpp"
+#include "fnvlp/core/device_copy.hpp"
 
 #if defined(FNVLP_WITH_CUDA)
 #include <ATen/cuda/Sleep.h>
@@ -247,6 +249,24 @@ TEST_F(Nccl, RefusedArgumentsThrowOnEveryRank) {
 }
 
 #if defined(FNVLP_WITH_CUDA)
+// The trainer gathers ids from its host batch and sends them to the GPU without waiting for it
+// (core/device_copy.hpp): a plain .to(device) would wait for the queued kernel below.
+TEST_F(Nccl, HostIdsReachTheGpuWithoutWaitingForIt) {
+  const torch::Tensor ids = torch::arange(4, torch::kLong) + 100 * comm().rank();
+  const torch::Tensor expect = fnvlp::allgather_ids(comm(), ids);
+  (void)fnvlp::allgather_ids(comm(), ids, gpu());  // the page-locked block, allocated once
+  torch::cuda::synchronize();
+  at::cuda::sleep(int64_t{1} << 30);  // the stream busy for about half a second
+  const auto t0 = std::chrono::steady_clock::now();
+  const torch::Tensor on_gpu = fnvlp::allgather_ids(comm(), ids, gpu());
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(waited, 0.2) << "the copy to the GPU waited for the queued kernel";
+  EXPECT_TRUE(on_gpu.is_cuda());
+  EXPECT_TRUE(torch::equal(on_gpu.cpu(), expect));
+  EXPECT_TRUE(fnvlp::to_device_async(on_gpu, gpu()).is_same(on_gpu));  // already there
+}
+
 // Work that outlasts the timeout: synchronize aborts that communicator and throws naming the rank
 // and the operation; it refuses every later call, other communicators go on.
 TEST_F(Nccl, SynchronizeTimesOutAndAborts) {

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "fnvlp/comm/nccl.hpp"
+#include "fnvlp/core/device_copy.hpp"
 
 namespace fnvlp {
 
@@ -107,13 +108,17 @@ int allreduce_gradients(const Comm& comm, const std::vector<torch::Tensor>& para
 }
 
 torch::Tensor allgather_rows(const Comm& comm, const torch::Tensor& local, int64_t* offset) {
+  if (comm.size() == 1) {  // a copy where it lies: on a GPU no round trip, no collective's wait
+    if (offset) *offset = 0;
+    return local.detach().to(torch::kFloat).clone(torch::MemoryFormat::Contiguous);
+  }
   if (const NcclComm* nccl = nccl_for(comm, local)) {
     const auto t = local.detach().to(torch::kFloat).contiguous();
     if (offset) *offset = comm.exscan_sum(t.size(0));
     return nccl->allgather_rows(t);
   }
   if (local.is_cuda())
-    return allgather_rows(comm, local.to(torch::kCPU), offset).to(local.device());
+    return to_device_async(allgather_rows(comm, local.to(torch::kCPU), offset), local.device());
   auto t = local.detach().to(torch::kFloat).contiguous();
   const int64_t rows = t.size(0);
   int64_t row_elems = 1;
@@ -131,8 +136,10 @@ torch::Tensor allgather_rows(const Comm& comm, const torch::Tensor& local, int64
   return torch::from_blob(all.data(), shape, torch::kFloat).clone();
 }
 
-torch::Tensor allgather_ids(const Comm& comm, const torch::Tensor& ids) {
-  return torch::tensor(comm.allgatherv(to_vector(ids)), torch::kLong).to(ids.device());
+torch::Tensor allgather_ids(const Comm& comm, const torch::Tensor& ids,
+                            std::optional<torch::Device> device) {
+  return to_device_async(torch::tensor(comm.allgatherv(to_vector(ids)), torch::kLong),
+                         device.value_or(ids.device()));
 }
 
 std::vector<int64_t> to_vector(const torch::Tensor& t) {

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "fnvlp/comm/comm.hpp"
@@ -36,8 +37,11 @@ int allreduce_gradients(const Comm& comm, const std::vector<torch::Tensor>& para
 // All-gathers a float tensor [b, ...] (rows differing per rank allowed) into [B, ...] in rank
 // order, without gradient; `offset` receives the first row of this rank's block.
 torch::Tensor allgather_rows(const Comm& comm, const torch::Tensor& local, int64_t* offset);
-// All-gathers an int64 vector tensor [b] (ids, labels) into [B] in rank order.
-torch::Tensor allgather_ids(const Comm& comm, const torch::Tensor& ids);
+// All-gathers an int64 vector tensor [b] (ids, labels) into [B] in rank order, on `device`
+// (default: ids' device). The exchange runs on the host: given host ids, nothing is read back
+// from a GPU and the result is copied to it without waiting.
+torch::Tensor allgather_ids(const Comm& comm, const torch::Tensor& ids,
+                            std::optional<torch::Device> device = std::nullopt);
 // The values of an integer tensor, converted to int64.
 std::vector<int64_t> to_vector(const torch::Tensor& t);
 

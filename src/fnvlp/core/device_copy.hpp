@@ -1,0 +1,17 @@
+#pragma once
+#include <torch/torch.h>
+
+namespace fnvlp {
+
+// `t` on `device`. A CPU tensor bound for a GPU is staged in page-locked memory and copied
+// non-blocking: index tensors built on the host (MLM masks, ITM pairs, gathered ids) reach the
+// GPU without a stream synchronisation, where a plain .to(device) waits for every queued kernel.
+// The caching host allocator keeps the staging block until the copy has run.
+inline torch::Tensor to_device_async(const torch::Tensor& t, const torch::Device& device) {
+  if (!t.defined() || t.device() == device) return t;
+  if (t.device().is_cpu() && device.is_cuda())
+    return t.pin_memory().to(device, /*non_blocking=*/true);
+  return t.to(device);
+}
+
+}  // namespace fnvlp
