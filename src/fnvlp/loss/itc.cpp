@@ -143,7 +143,10 @@ ItcResult itc_loss(const ItcInputs& in) {
   FNVLP_CHECK(in.image_id.dim() == 1 && in.image_id.size(0) == b && in.image_id_all.dim() == 1 &&
                   in.image_id_all.size(0) == n,
               "itc: image_id must be [" << b << "] and image_id_all [" << n << "]");
-  FNVLP_CHECK(in.image_id_all.narrow(0, in.offset, b).eq(in.image_id).all().item<bool>(),
+  // Read on the host only: on a GPU it would wait for the step's queued work (the trainer gathers
+  // image_id_all from the host batch, checked here by every CPU run).
+  FNVLP_CHECK(!in.image_id.device().is_cpu() ||
+                  in.image_id_all.narrow(0, in.offset, b).eq(in.image_id).all().item<bool>(),
               "itc: image_id_all[offset .. offset+b) differs from image_id (wrong offset?)");
   FNVLP_CHECK(in.soft_weight >= 0 && in.soft_weight <= 1,
               "itc: soft_weight must be in [0, 1], got " << in.soft_weight);

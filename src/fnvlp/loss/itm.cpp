@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "fnvlp/core/device_copy.hpp"
 #include "fnvlp/core/error.hpp"
 
 namespace fnvlp::loss {
@@ -14,19 +15,18 @@ ItmNegativeMode parse_itm_negative_mode(const std::string& name) {
 
 namespace {
 
-// One negative per row of `sim` [b, b] (anchor i against candidates j), on the CPU.
+// One negative per row of `s` [b, b] (anchor i against candidates j), all on the CPU.
 //   valid_ij = id_i != id_j  and  not excluded_ij  and  isfinite(sim_ij)
 //   multinomial: P(j | i) = (softmax_j(sim_i.)|valid + 1e-5) / Z  over valid j   (ALBEF's
 //                softmax weights; the 1e-5, like BLIP's 1e-4, keeps a row drawable when its
 //                softmax underflows to 0)
 //   argmax:      j = argmax_{valid j} sim_ij                                     (GRIT-VLP)
 //   no valid j:  -1
-torch::Tensor sample_rows(const torch::Tensor& sim, const torch::Tensor& same_image,
+torch::Tensor sample_rows(const torch::Tensor& s, const torch::Tensor& same_image,
                           const torch::Tensor& exclude, ItmNegativeMode mode,
                           torch::Generator& gen) {
-  const torch::Tensor s = sim.detach().to(torch::kCPU, torch::kFloat);
   torch::Tensor valid = ~same_image & s.isfinite();
-  if (exclude.defined()) valid = valid & ~exclude.to(torch::kCPU, torch::kBool);
+  if (exclude.defined()) valid = valid & ~exclude;
   const torch::Tensor has = valid.any(1);
 
   // Rows without a candidate get a harmless all-zero row here and -1 below.
@@ -69,12 +69,22 @@ ItmNegatives sample_itm_negatives(const torch::Tensor& sim_i2t_local,
   const torch::Tensor ids = image_id.to(torch::kCPU);
   // Same image_id = a known positive, never a negative (this also removes the diagonal).
   const torch::Tensor same = ids.unsqueeze(1).eq(ids.unsqueeze(0));
+  // Both directions in one copy each: every copy from a GPU waits for its queued work.
+  const torch::Tensor sims =
+      torch::stack({sim_t2i_local.detach(), sim_i2t_local.detach()}).to(torch::kCPU, torch::kFloat);
+  torch::Tensor excl[2] = {exclude_t2i, exclude_i2t};
+  if (excl[0].defined() && excl[1].defined()) {
+    const torch::Tensor both = torch::stack({excl[0], excl[1]}).to(torch::kCPU, torch::kBool);
+    excl[0] = both[0];
+    excl[1] = both[1];
+  } else {
+    for (torch::Tensor& e : excl)
+      if (e.defined()) e = e.to(torch::kCPU, torch::kBool);
+  }
   ItmNegatives out;
   // Fixed order of draws (texts first, as ALBEF), so a seed fixes both.
-  out.neg_image_for_text =
-      sample_rows(sim_t2i_local, same, exclude_t2i, mode, gen).to(sim_t2i_local.device());
-  out.neg_text_for_image =
-      sample_rows(sim_i2t_local, same, exclude_i2t, mode, gen).to(sim_i2t_local.device());
+  out.neg_image_for_text = sample_rows(sims[0], same, excl[0], mode, gen);
+  out.neg_text_for_image = sample_rows(sims[1], same, excl[1], mode, gen);
   return out;
 }
 
@@ -102,7 +112,8 @@ torch::Tensor itm_loss(const torch::Tensor& logits, const torch::Tensor& labels)
   FNVLP_CHECK(labels.dim() == 1 && labels.size(0) == logits.size(0),
               "itm_loss: labels must be [" << logits.size(0) << "], got " << labels.sizes());
   if (logits.size(0) == 0) return logits.sum() * 0;  // no pairs: 0, still part of the graph
-  return torch::nn::functional::cross_entropy(logits, labels.to(torch::kLong));
+  return torch::nn::functional::cross_entropy(
+      logits, to_device_async(labels.to(torch::kLong), logits.device()));
 }
 
 }  // namespace fnvlp::loss

@@ -16,8 +16,8 @@ enum class ItmNegativeMode { kMultinomial, kArgmax };
 ItmNegativeMode parse_itm_negative_mode(const std::string& name);
 
 struct ItmNegatives {
-  // int64 [b], indices into the LOCAL batch (on the device of the similarities); -1 when the row
-  // has no valid negative.
+  // int64 [b] on the host, indices into the LOCAL batch; -1 when the row has no valid negative.
+  // The pairs built from them stay there too: fuse_at and itm_loss copy what they gather with.
   torch::Tensor neg_image_for_text;  // text i is paired with image neg_image_for_text[i]
   torch::Tensor neg_text_for_image;  // image i is paired with text neg_text_for_image[i]
 };
@@ -26,7 +26,8 @@ struct ItmNegatives {
 // logits of the local batch (ItcResult::sim_i2t.narrow(1, offset, b)). exclude_i2t / exclude_t2i
 // (optional bool [b, b], same orientation) remove candidates. Non-finite similarities are never
 // drawn. All draws come from `gen` (a CPU generator: sampling runs on the CPU, so the same seed
-// gives the same negatives on any device).
+// gives the same negatives on any device). image_id may be on the host; the similarities of a
+// GPU step come back in one copy (and the exclusions in one more).
 ItmNegatives sample_itm_negatives(const torch::Tensor& sim_i2t_local,
                                   const torch::Tensor& sim_t2i_local, const torch::Tensor& image_id,
                                   const torch::Tensor& exclude_i2t,
@@ -43,7 +44,7 @@ struct ItmPairs {
 ItmPairs itm_pairs(const ItmNegatives& negatives);
 
 // Cross-entropy of the ITM head's logits [n, 2] against labels [n] (1 = match), mean over the
-// pairs. n = 0 gives 0 with a valid graph.
+// pairs. n = 0 gives 0 with a valid graph. labels may be on the host.
 torch::Tensor itm_loss(const torch::Tensor& logits, const torch::Tensor& labels);
 
 }  // namespace fnvlp::loss

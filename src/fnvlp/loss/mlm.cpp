@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "fnvlp/core/blas.hpp"
+#include "fnvlp/core/device_copy.hpp"
 #include "fnvlp/core/error.hpp"
 #include "fnvlp/kernels/cpu_float.hpp"
 #include "fnvlp/kernels/gemm_few_rows.hpp"
@@ -17,8 +18,9 @@ namespace fnvlp::loss {
 
 MlmMasking mask_tokens(const torch::Tensor& ids, const torch::Tensor& attn, double probability,
                        int64_t vocab_size, int64_t mask_id, const std::vector<int64_t>& never_mask,
-                       torch::Generator gen) {
+                       torch::Generator gen, std::optional<torch::Device> device) {
   FNVLP_CHECK(ids.defined() && ids.dim() == 2, "mlm: ids must be [b, L]");
+  const torch::Device to = device.value_or(ids.device());
   FNVLP_CHECK(probability >= 0 && probability <= 1,
               "mlm: probability must be in [0, 1], got " << probability);
   FNVLP_CHECK(vocab_size > 0 && mask_id >= 0 && mask_id < vocab_size,
@@ -51,10 +53,10 @@ MlmMasking mask_tokens(const torch::Tensor& ids, const torch::Tensor& attn, doub
   masked = torch::where(to_random, random_ids, masked);
 
   MlmMasking m;
-  m.input_ids = masked.to(ids.device());
-  m.labels = x.masked_fill(~selected, -100).to(ids.device());
-  m.positions = selected.reshape({-1}).nonzero().reshape({-1}).to(ids.device());
-  m.targets = x.reshape({-1}).masked_select(selected.reshape({-1})).to(ids.device());
+  m.input_ids = to_device_async(masked, to);
+  m.labels = to_device_async(x.masked_fill(~selected, -100), to);
+  m.positions = selected.reshape({-1}).nonzero().reshape({-1});
+  m.targets = to_device_async(x.reshape({-1}).masked_select(selected.reshape({-1})), to);
   return m;
 }
 

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace fnvlp::loss {
@@ -16,18 +17,20 @@ struct MlmMasking {
   torch::Tensor input_ids;  // int64 [b, L]: masked copy of the ids
   torch::Tensor labels;     // int64 [b, L]: original id where selected, -100 elsewhere
   torch::Tensor positions;  // int64 [M]: flat indices (row * L + col) of the selected tokens,
-                            // ascending
+                            // ascending; on the host, where fuse_at plans its query rows
   torch::Tensor targets;    // int64 [M]: original ids at `positions`
 };
 
 // Draws, in this fixed order, uniform [b, L] (selection), uniform [b, L] (80/10/10 split) and
 // randint [b, L] (random tokens) from `gen` (a CPU generator; draws happen on the CPU and the
-// results move to ids' device), so the same generator state gives the same masks on any device:
-// FALCON's reward compares the MLM loss before and after an update on the same masks.
-// attn (optional, [b, L], nonzero = real token). M may be 0 (mlm_loss then returns 0).
+// results other than positions move to `device`, by default ids' device), so the same generator
+// state gives the same masks on any device: FALCON's reward compares the MLM loss before and after
+// an update on the same masks. Given host ids and attn (the trainer's host batch), masking a batch
+// bound for a GPU reads nothing back from it. attn (optional, [b, L], nonzero = real token). M may
+// be 0 (mlm_loss then returns 0).
 MlmMasking mask_tokens(const torch::Tensor& ids, const torch::Tensor& attn, double probability,
                        int64_t vocab_size, int64_t mask_id, const std::vector<int64_t>& never_mask,
-                       torch::Generator gen);
+                       torch::Generator gen, std::optional<torch::Device> device = std::nullopt);
 
 // Rows of `hidden` [b, L, D] at the flat positions [M] -> [M, D] (input of the MLM head).
 torch::Tensor gather_positions(const torch::Tensor& hidden, const torch::Tensor& positions);

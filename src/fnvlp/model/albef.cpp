@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fnvlp/core/blas.hpp"
+#include "fnvlp/core/device_copy.hpp"
 #include "fnvlp/kernels/cpu_float.hpp"
 #include "fnvlp/kernels/grad_accumulation.hpp"
 #include "fnvlp/model/attention.hpp"
@@ -326,7 +327,8 @@ torch::Tensor BertLayerImpl::forward_pairs(const torch::Tensor& x,
                            out_norm_);
 }
 
-QuerySlots QuerySlots::of(const torch::Tensor& positions, int64_t B, int64_t L) {
+QuerySlots QuerySlots::of(const torch::Tensor& positions, int64_t B, int64_t L,
+                          const torch::Device& device) {
   FNVLP_CHECK(positions.dim() == 1, "fuse_at: positions must be [M], got " << positions.sizes());
   const torch::Tensor pos = positions.to(torch::kCPU, torch::kLong).contiguous();
   const int64_t M = pos.size(0);
@@ -346,8 +348,8 @@ QuerySlots QuerySlots::of(const torch::Tensor& positions, int64_t B, int64_t L) 
     sl[i] = (p[i] / L) * q.per_row + j[static_cast<size_t>(i)];
     q.dense = q.dense && sl[i] == i;
   }
-  q.rows = pos.to(positions.device());
-  q.slots = slots.to(positions.device());
+  q.rows = to_device_async(pos, device);
+  q.slots = to_device_async(slots, device);
   return q;
 }
 
@@ -401,8 +403,8 @@ torch::Tensor BertLayerImpl::forward_at(const torch::Tensor& x, const torch::Ten
         rows.remainder(L);
     const auto [distinct, inverse] =
         at::_unique(text_pos, /*sorted=*/true, /*return_inverse=*/true);
-    h = self_block_at(x, additive_mask, QuerySlots::of(distinct, x.size(0), L))
-            .index_select(0, inverse.to(x.device()));
+    h = self_block_at(x, additive_mask, QuerySlots::of(distinct, x.size(0), L, x.device()))
+            .index_select(0, to_device_async(inverse, x.device()));
   }
   if (has_cross_attention()) {
     FNVLP_CHECK(image_kv.defined(), "fusion layer called without image tokens");
@@ -527,10 +529,13 @@ torch::Tensor AlbefImpl::fuse_at(const torch::Tensor& text_hidden, const torch::
                                                                 << fusion_layers_.size()
                                                                 << " fusion layers");
   const int64_t Bi = keys.empty() ? Bt : keys[0].size(0);
+  // The indices may come on the host (the trainer builds them there: no read back from a GPU)
+  // or on the model's device; the checks and the slot planning read them on the host.
   auto check_index = [](const torch::Tensor& index, int64_t rows, const char* what) {
     if (!index.defined()) return;
-    FNVLP_CHECK(index.dim() == 1 && (index.numel() == 0 || (index.min().item<int64_t>() >= 0 &&
-                                                            index.max().item<int64_t>() < rows)),
+    const torch::Tensor h = index.to(torch::kCPU);
+    FNVLP_CHECK(h.dim() == 1 && (h.numel() == 0 ||
+                                 (h.min().item<int64_t>() >= 0 && h.max().item<int64_t>() < rows)),
                 "fuse_at: " << what << " must be [P] in [0, " << rows << ")");
   };
   check_index(pairs.text_index, Bt, "text_index");
@@ -545,11 +550,14 @@ torch::Tensor AlbefImpl::fuse_at(const torch::Tensor& text_hidden, const torch::
                           fused_attention_applies(keys[0]) &&
                           !(cfg_.dropout > 0.0 && is_training());
   const auto m = additive_key_mask(mask, text_hidden.scalar_type());
+  const torch::Device dev = text_hidden.device();
+  const FusionPairs on_dev{to_device_async(pairs.text_index, dev),
+                           to_device_async(pairs.image_index, dev)};
   if (!fused_path) {
     // The full pass over the pairs, read at the positions (the gathered keys and values are the
     // projections of the gathered images: still exact).
     auto x = text_hidden;
-    FusionPairs p = pairs;
+    FusionPairs p = on_dev;
     auto pm = m;
     for (size_t i = 0; i < fusion_layers_.size(); ++i) {
       x = fusion_layers_[i]->forward_pairs(x, pm, keys[i], p);
@@ -557,13 +565,13 @@ torch::Tensor AlbefImpl::fuse_at(const torch::Tensor& text_hidden, const torch::
       p.text_index = torch::Tensor();
     }
     if (p.text_index.defined()) x = x.index_select(0, p.text_index);  // no fusion layer ran
-    return x.reshape({-1, W}).index_select(0, positions.to(torch::kLong));
+    return x.reshape({-1, W}).index_select(0, to_device_async(positions.to(torch::kLong), dev));
   }
-  const QuerySlots qs = QuerySlots::of(positions, P, L);
+  const QuerySlots qs = QuerySlots::of(positions, P, L, dev);
   if (qs.rows.numel() == 0) return text_hidden.reshape({-1, W}).index_select(0, qs.rows);
   auto x = text_hidden;
   auto pm = m;
-  FusionPairs p = pairs;
+  FusionPairs p = on_dev;
   const size_t last = fusion_layers_.size() - 1;
   for (size_t i = 0; i < last; ++i) {
     x = fusion_layers_[i]->forward_pairs(x, pm, keys[i], p);

@@ -104,7 +104,9 @@ struct QuerySlots {
   int64_t per_row = 0;
   bool dense = false;
   // positions: int64 [M] flat indices into [B, L], each row at most once per position.
-  static QuerySlots of(const torch::Tensor& positions, int64_t B, int64_t L);
+  // rows and slots are placed on `device` (positions are read on the host).
+  static QuerySlots of(const torch::Tensor& positions, int64_t B, int64_t L,
+                       const torch::Device& device);
 };
 
 // Text-image pairs for the fusion encoder: pair p fuses text row text_index[p] with image row
@@ -195,7 +197,9 @@ class AlbefImpl : public torch::nn::Module {
   // (image_keys) the distinct images, `pairs` which text meets which image. Equal up to float
   // rounding to fuse_at(text_hidden[text_index], mask[text_index], image_tokens[image_index],
   // positions) with positions flat into [P, L], without computing per pair what depends on one
-  // side alone. ITM's positive and negative pairs and MLM share one image_keys.
+  // side alone. ITM's positive and negative pairs and MLM share one image_keys. positions and
+  // the pair indices may be on the host or on the model's device: given on the host (as the
+  // trainer does), a step on a GPU reads none of them back.
   torch::Tensor fuse_at(const torch::Tensor& text_hidden, const torch::Tensor& mask,
                         const std::vector<torch::Tensor>& keys, const FusionPairs& pairs,
                         const torch::Tensor& positions);

@@ -79,7 +79,7 @@ void GlofndMethod::adjust_itc(StepContext& s, loss::ItcInputs& in) {
   if (s.epoch < start_epoch_) return;
   torch::NoGradGuard no_grad;
   const loss::ItcCosine cos = loss::itc_cosine(in);
-  const std::vector<int64_t> pids = to_vector(s.batch.pair_id);
+  const std::vector<int64_t> pids = to_vector(s.host.pair_id);
   in.exclude_i2t = state_.image.update_and_filter(cos.i2t, s.negative, pids);
   in.exclude_t2i = state_.text.update_and_filter(cos.t2i, s.negative, pids);
   step_anchors_ = pids.size();

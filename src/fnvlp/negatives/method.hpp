@@ -65,7 +65,9 @@ struct MethodEnv {
 // One step's tensors, filled by the trainer as the step goes (a hook reads what exists at its
 // point in the order above).
 struct StepContext {
-  const data::Batch& batch;
+  const data::Batch& batch;  // on the model's device
+  // The same batch on the host: what index bookkeeping reads (ids, masks) without a copy back.
+  const data::Batch& host;
   StepClock& clock;
   int64_t step = 0, epoch = 0, total_steps = 0;
   torch::Tensor images;        // the augmented batch

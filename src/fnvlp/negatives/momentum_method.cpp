@@ -36,7 +36,7 @@ bool MomentumMethod::build_itc(StepContext& s, loss::ItcInputs& in) {
   mi.img_m_all = allgather_rows(env_.comm, mi.img_m, &mi.offset);
   mi.txt_m_all = allgather_rows(env_.comm, mi.txt_m, nullptr);
   mi.image_id = s.batch.image_id;
-  mi.image_id_all = allgather_ids(env_.comm, s.batch.image_id);
+  mi.image_id_all = allgather_ids(env_.comm, s.host.image_id, s.batch.image_id.device());
   mi.queue_img = queue_->img();
   mi.queue_txt = queue_->txt();
   mi.queue_image_id = queue_->image_id();
@@ -44,7 +44,7 @@ bool MomentumMethod::build_itc(StepContext& s, loss::ItcInputs& in) {
   mi.alpha = s.soft_weight;
   in = loss::momentum_itc_inputs(mi);
   enqueue_ = {mi.img_m_all, mi.txt_m_all, mi.image_id_all,
-              allgather_ids(env_.comm, s.batch.pair_id)};
+              allgather_ids(env_.comm, s.host.pair_id, s.batch.pair_id.device())};
   return true;
 }
 

@@ -270,7 +270,7 @@ int Trainer::run(Watchdog& dog) {
 StepLosses Trainer::train_step(const data::Batch& host_batch) {
   begin_step(host_batch);
   const data::Batch batch = on_device(host_batch);
-  StepContext s{batch, clock_, step_, epoch_, total_steps_};
+  StepContext s{batch, host_batch, clock_, step_, epoch_, total_steps_};
   for (auto& m : methods_) s.want_plain_mlm = s.want_plain_mlm || m->needs_plain_mlm();
   s.images = batch.prepared;  // augmented for this step by the loader (run())
   clock_.lap(StepClock::kBatch);
@@ -286,14 +286,17 @@ StepLosses Trainer::train_step(const data::Batch& host_batch) {
   const torch::Tensor mlm = mlm_loss(s, image_keys);           // MLM on masked captions
   torch::Tensor total =
       cfg_.loss.itc_weight * itc.loss + cfg_.loss.itm_weight * itm + cfg_.loss.mlm_weight * mlm;
-  StepLosses out{itc.loss.item<double>(), itm.item<double>(), mlm.item<double>(), 0, {}};
   std::vector<negatives::NamedLoss> extra;  // the methods' own losses (TCL)
   for (auto& m : methods_) m->extra_losses(s, extra);
-  for (const auto& e : extra) {
-    total = total + e.weight * e.value;
-    out.extra.emplace_back(e.name, e.value.item<double>());
-  }
-  out.total = total.item<double>();
+  for (const auto& e : extra) total = total + e.weight * e.value;
+  // Every loss in one copy to the host: each read of a GPU scalar waits for the queued work.
+  std::vector<torch::Tensor> parts = {itc.loss, itm, mlm, total};
+  for (const auto& e : extra) parts.push_back(e.value);
+  for (auto& p : parts) p = p.detach().to(torch::kDouble).reshape({});
+  const torch::Tensor values = torch::stack(parts).to(torch::kCPU);
+  const double* v = values.data_ptr<double>();
+  StepLosses out{v[0], v[1], v[2], v[3], {}};
+  for (size_t i = 0; i < extra.size(); ++i) out.extra.emplace_back(extra[i].name, v[4 + i]);
   clock_.lap(StepClock::kForward);
   if (step_ == cfg_.fault.nonfinite_step && comm_.rank() == cfg_.fault.nonfinite_rank)
     out.total = std::nan("");
@@ -360,7 +363,7 @@ loss::ItcInputs Trainer::itc_inputs(StepContext& s) {
   // ITC, the methods' thresholds and the gathered features compare fp32 similarities.
   s.img = s.img.to(torch::kFloat);
   s.txt = s.txt.to(torch::kFloat);
-  if (cache_.enabled()) cache_.record(batch.pair_id, s.img, s.txt);
+  if (cache_.enabled()) cache_.record(s.host.pair_id, s.img, s.txt);
   s.temp = model_->temp();  // outside any NoGradGuard: it is learned
   const int64_t ramp =
       cfg_.loss.soft_warmup_steps < 0 ? uniform_steps_ : cfg_.loss.soft_warmup_steps;
@@ -376,19 +379,19 @@ loss::ItcInputs Trainer::itc_inputs(StepContext& s) {
     in.txt_all = allgather_rows(comm_, s.txt, nullptr);
     in.temp = s.temp;
     in.image_id = batch.image_id;
-    in.image_id_all = allgather_ids(comm_, batch.image_id);
+    in.image_id_all = allgather_ids(comm_, s.host.image_id, device_.device);
     in.soft = cfg_.loss.soft_targets == negatives::SoftTargetsKind::kNone
                   ? loss::SoftTargets::kNone
                   : loss::SoftTargets::kPseudo;
     in.soft_weight = s.soft_weight;
     in.cross_rank_grad = comm_.size() > 1;
   }
-  s.label_all = allgather_ids(comm_, batch.label);
+  s.label_all = allgather_ids(comm_, s.host.label, device_.device);
   // Negatives of each local anchor: every global column that does not share its image_id.
   s.negative = in.image_id.unsqueeze(1) != in.image_id_all.unsqueeze(0);
   clock_.lap(StepClock::kForward);
   for (auto& m : methods_) m->adjust_itc(s, in);
-  telemetry_.record_batch(batch);
+  telemetry_.record_batch(s.host);
   clock_.lap(StepClock::kNegatives);
   return in;
 }
@@ -409,7 +412,7 @@ torch::Tensor Trainer::itm_loss(StepContext& s, const loss::ItcInputs& in,
     excl_t2i = in.exclude_t2i.index({all, local});
   }
   const auto negatives = loss::sample_itm_negatives(
-      itc.sim_i2t.index({all, local}), itc.sim_t2i.index({all, local}), s.batch.image_id, excl_i2t,
+      itc.sim_i2t.index({all, local}), itc.sim_t2i.index({all, local}), s.host.image_id, excl_i2t,
       excl_t2i, loss::parse_itm_negative_mode(cfg_.loss.itm_negatives), gen);
   const loss::ItmPairs pairs = loss::itm_pairs(negatives);
   torch::Tensor logits;
@@ -429,9 +432,10 @@ torch::Tensor Trainer::mlm_loss(StepContext& s, const std::vector<torch::Tensor>
   const torch::Tensor& mask = s.batch.attention_mask;
   auto gen = negatives::step_generator(seed(), step_, comm_.rank(), negatives::kMlmStream);
   const data::SpecialTokens& special = dataset_.special_tokens();
-  s.masking =
-      loss::mask_tokens(s.batch.tokens, mask, cfg_.loss.mlm_probability, cfg_.model.vocab_size,
-                        special.mask, {special.pad, special.cls, special.sep}, gen);
+  // On the host batch: the masks, positions and targets go to the device without a read back.
+  s.masking = loss::mask_tokens(s.host.tokens, s.host.attention_mask, cfg_.loss.mlm_probability,
+                                cfg_.model.vocab_size, special.mask,
+                                {special.pad, special.cls, special.sep}, gen, device_.device);
   // The decoder and its cross-entropy under autocast too (autocast runs the softmax in fp32).
   AutocastScope autocast(bf16());
   // The MLM passes draw their dropout masks from a stream of their own: FALCON's reward pass

@@ -67,7 +67,7 @@ struct Fixture {
   }
   // The step's context up to the ITC inputs, as the trainer fills it.
   std::pair<StepContext, loss::ItcInputs> step(int64_t step, int64_t epoch) {
-    StepContext s{batch, clock, step, epoch, 100};
+    StepContext s{batch, batch, clock, step, epoch, 100};
     s.images = batch.prepared;
     s.image_tokens = model->encode_image(s.images);
     s.text_hidden = model->encode_text(batch.tokens, batch.attention_mask);
