@@ -54,6 +54,9 @@ def top_level(events):
     return out
 
 
+SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+
+
 def summarise(events, steps, top):
     spans = [e for e in events if e.get("ph") == "X" and "dur" in e]
     if not spans:
@@ -68,6 +71,8 @@ def summarise(events, steps, top):
     per = lambda x: x / steps
     s = {"window_ms": window / 1e3, "steps": steps, "window_ms_per_step": per(window) / 1e3}
     if gpu:
+        s["copies_to_host_per_step"] = per(
+            sum(e.get("cat") == "gpu_memcpy" and "DtoH" in e["name"] for e in gpu))
         busy = union_length([(e["ts"], e["ts"] + e["dur"]) for e in gpu])
         s["gpu_busy_ms_per_step"] = per(busy) / 1e3
         s["gpu_idle"] = 1 - busy / window
@@ -82,6 +87,9 @@ def summarise(events, steps, top):
              "share_of_busy": d / busy}
             for n, (c, d) in sorted(by.items(), key=lambda kv: -kv[1][1])[:top]]
     if runtime:
+        # Each is the host waiting for the GPU (a read back: .item(), a copy to the host, a
+        # blocking copy to the device); a host-bound step wants none.
+        s["syncs_per_step"] = per(sum(e["name"] in SYNCS for e in runtime))
         by = collections.defaultdict(lambda: [0, 0.0])
         for e in runtime:
             by[e["name"]][0] += 1
@@ -119,6 +127,10 @@ def main():
           % (s["gpu_busy_ms_per_step"], 100 * s["gpu_idle"], s["kernels_per_step"]))
     if "ops_per_step" in s:
         w(", %.0f host ops/step" % s["ops_per_step"])
+    if "syncs_per_step" in s:
+        w(", %.1f host waits/step" % s["syncs_per_step"])
+    if "copies_to_host_per_step" in s:
+        w(", %.1f copies to the host/step" % s["copies_to_host_per_step"])
     w("\n")
     for key, label in (("top_kernels", "GPU"), ("runtime_calls", "CUDA runtime"),
                        ("top_level_ops", "host operators (top level, inclusive)")):

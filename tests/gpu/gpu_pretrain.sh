@@ -7,8 +7,9 @@
 #   bf16         CUDA bf16 vs CUDA fp32: step 1 within 3e-2, finite and learning over 30 steps
 #   kill_resume  100 deterministic CUDA steps, SIGKILL at step 50, --resume auto: bitwise equal
 #   profile      train.profile_steps: a Chrome trace of the profiled steps (their kernels on a
-#                GPU) that tests/bench/trace_summary.py reads; with libtorch 1.13 a usage error
-#                (runs anywhere: on the GPU when there is one, else on the CPU)
+#                GPU) that tests/bench/trace_summary.py reads; on a GPU, a 1-rank step waits for
+#                it at most 5 times; with libtorch 1.13 a usage error (runs anywhere: on the GPU
+#                when there is one, else on the CPU)
 # Without a usable GPU the GPU cases print "SKIPPED: <why>" and exit 77 (ctest: Skipped).
 set -euo pipefail
 case_=$1 bin=$2 vocab=$3 src=$4
@@ -179,6 +180,24 @@ if dev == "cuda":
     assert s["kernels_per_step"] > 100 and 0 <= s["gpu_idle"] < 1, s
 print("  %s: %.0f host ops per profiled step" % (dev, s["ops_per_step"]))
 PY
+    if [ "$dev" = cuda ]; then
+      # One rank (no host collectives), as benchmarked: the step reads back its ITM similarities
+      # and its losses, once each; the masks, pairs and ids it indexes with are built on the
+      # host. The bound leaves room for the profiler's own wait and a log step's reads (the step
+      # waited 30 times before).
+      run b 1 "${prof[@]}" --set train.deterministic=false
+      "$py" "$src/tests/bench/trace_summary.py" "$work/b/profile/trace-rank0.json" --steps 2 \
+        --json "$work/b.json" >/dev/null
+      "$py" - "$work/b.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print("  cuda, 1 rank: %.1f host waits and %.1f copies to the host per step"
+      % (s["syncs_per_step"], s["copies_to_host_per_step"]))
+assert s["syncs_per_step"] <= 5, "the host waits for the GPU %.1f times per step" % s["syncs_per_step"]
+PY
+    else
+      echo "  host waits per step not counted: no GPU (the 1-rank check runs on a GPU)"
+    fi
   fi
   ;;
 *) fail "unknown case $case_" ;;
