@@ -8,25 +8,27 @@ void FilterTelemetry::record(const torch::Tensor& exclude_i2t, const torch::Tens
                              const torch::Tensor& negative, const torch::Tensor& label_row,
                              const torch::Tensor& label_all) {
   torch::NoGradGuard no_grad;
-  const auto fc_i = fn_counts(exclude_i2t, negative, label_row, label_all);
-  const auto fc_t = fn_counts(exclude_t2i, negative, label_row, label_all);
-  negatives_ += static_cast<double>(fc_i.negatives);
-  filtered_i2t_ += static_cast<double>(fc_i.filtered);
-  filtered_t2i_ += static_cast<double>(fc_t.filtered);
-  filtered_same_label_ += static_cast<double>(fc_i.filtered_true + fc_t.filtered_true);
+  // fn_count_tensor's order: filtered, filtered_true, same_label_neg, negatives.
+  const auto ci = fn_count_tensor(exclude_i2t, negative, label_row, label_all);
+  const auto ct = fn_count_tensor(exclude_t2i, negative, label_row, label_all);
   const auto known =
       (label_row.to(torch::kLong).unsqueeze(1) >= 0) & (label_all.unsqueeze(0) >= 0) & negative;
-  filtered_known_ += static_cast<double>(
-      ((exclude_i2t & known).sum() + (exclude_t2i & known).sum()).item<int64_t>());
-  same_label_ += static_cast<double>(fc_i.same_label_neg + fc_t.same_label_neg);
-  known_ += static_cast<double>(known.sum().item<int64_t>());
+  const torch::Tensor step =
+      torch::stack({ci[3], ci[0], ct[0], ci[1] + ct[1],
+                    (exclude_i2t & known).sum() + (exclude_t2i & known).sum(), ci[2] + ct[2],
+                    known.sum()})
+          .to(torch::kLong);
+  sums_ = sums_.defined() ? sums_ + step : step;
 }
 
 void FilterTelemetry::report(const Comm& comm, nlohmann::json& m) {
-  std::vector<double> c = {negatives_,      filtered_i2t_, filtered_t2i_, filtered_same_label_,
-                           filtered_known_, same_label_,   known_};
+  std::vector<double> c(7, 0.0);
+  if (sums_.defined()) {
+    const torch::Tensor h = sums_.to(torch::kCPU).contiguous();
+    for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<double>(h.data_ptr<int64_t>()[i]);
+  }
   comm.allreduce_sum(c);
-  *this = {};
+  sums_ = torch::Tensor();
   if (c[0] <= 0) return;
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   m["filtered_frac_i2t"] = ratio(c[1], c[0]);

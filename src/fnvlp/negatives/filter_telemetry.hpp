@@ -1,8 +1,9 @@
 #pragma once
 // False-negative telemetry of an exclusion method (GloFND, FNC): per logging window, how many
 // negatives it removed and, where labels exist, how many of those share the anchor's label
-// (precision) and how many same-label negatives it found (recall). Summed on each rank, reduced
-// at log time into the contract keys of metrics.jsonl.
+// (precision) and how many same-label negatives it found (recall). Summed on each rank where the
+// masks live (no read back from a GPU per step), reduced at log time into the contract keys of
+// metrics.jsonl.
 #include <torch/torch.h>
 
 #include <nlohmann/json.hpp>
@@ -22,11 +23,10 @@ class FilterTelemetry {
   void report(const Comm& comm, nlohmann::json& m);
 
  private:
-  double negatives_ = 0, filtered_i2t_ = 0, filtered_t2i_ = 0;
-  double filtered_same_label_ = 0;  // filtered negatives sharing the anchor's label
-  double filtered_known_ = 0;       // filtered negatives whose two labels are known
-  double same_label_ = 0;           // negatives sharing the anchor's label
-  double known_ = 0;                // negatives whose two labels are known
+  // int64 [7] since the last report, on the masks' device (undefined before the first record):
+  // negatives, filtered i2t, filtered t2i, filtered sharing the anchor's label, filtered with
+  // both labels known, negatives sharing the anchor's label, negatives with both labels known.
+  torch::Tensor sums_;
 };
 
 }  // namespace fnvlp::negatives

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "fnvlp/core/device_copy.hpp"
 #include "fnvlp/core/error.hpp"
 
 namespace fnvlp::negatives {
@@ -21,7 +22,7 @@ void check_inputs(const torch::Tensor& cos, const torch::Tensor& negative, size_
 
 torch::Tensor above_threshold(const torch::Tensor& cos, const torch::Tensor& negative,
                               const std::vector<float>& lam) {
-  const auto t = torch::tensor(lam, torch::kFloat).to(cos.device()).unsqueeze(1);
+  const auto t = to_device_async(torch::tensor(lam, torch::kFloat), cos.device()).unsqueeze(1);
   return negative & (cos.to(torch::kFloat) > t);
 }
 
@@ -51,11 +52,12 @@ torch::Tensor GlofndSide::update_and_filter(const torch::Tensor& cos, const torc
   check_inputs(cos, negative, pair_ids.size(), "glofnd");
   std::vector<float> lam(pair_ids.size());
   for (size_t r = 0; r < pair_ids.size(); ++r) lam[r] = lambda_[local(pair_ids[r])];
-  const auto above =
-      above_threshold(cos, negative, lam).sum(1).to(torch::kCPU, torch::kLong).contiguous();
-  const auto n_neg = negative.sum(1).to(torch::kCPU, torch::kLong).contiguous();
-  const int64_t* a = above.data_ptr<int64_t>();
-  const int64_t* n = n_neg.data_ptr<int64_t>();
+  // Both counts in one copy: on a GPU each copy to the host waits for the queued work.
+  const auto counts = torch::stack({above_threshold(cos, negative, lam).sum(1), negative.sum(1)})
+                          .to(torch::kCPU, torch::kLong)
+                          .contiguous();
+  const int64_t* a = counts.data_ptr<int64_t>();
+  const int64_t* n = a + counts.size(1);
   undo_.clear();
   for (size_t r = 0; r < pair_ids.size(); ++r) {
     if (n[r] == 0) continue;  // no negative in the batch: no subgradient sample
@@ -160,20 +162,25 @@ torch::Tensor fnc_filter(const torch::Tensor& cos, const torch::Tensor& negative
     });
     for (int64_t i = 0; i < k; ++i) op[r * n + cols[i]] = true;
   }
-  return out.to(cos.device());
+  return to_device_async(out, cos.device());
+}
+
+torch::Tensor fn_count_tensor(const torch::Tensor& exclude, const torch::Tensor& negative,
+                              const torch::Tensor& label_row, const torch::Tensor& label_col) {
+  const auto lr = label_row.to(torch::kLong).unsqueeze(1);
+  const auto lc = label_col.to(torch::kLong).unsqueeze(0);
+  const auto same = (lr == lc) & (lr >= 0) & negative;
+  return torch::stack(
+             {(exclude & negative).sum(), (exclude & same).sum(), same.sum(), negative.sum()})
+      .to(torch::kLong);
 }
 
 FnCounts fn_counts(const torch::Tensor& exclude, const torch::Tensor& negative,
                    const torch::Tensor& label_row, const torch::Tensor& label_col) {
-  const auto lr = label_row.to(torch::kLong).unsqueeze(1);
-  const auto lc = label_col.to(torch::kLong).unsqueeze(0);
-  const auto same = (lr == lc) & (lr >= 0) & negative;
-  FnCounts c;
-  c.negatives = negative.sum().item<int64_t>();
-  c.filtered = (exclude & negative).sum().item<int64_t>();
-  c.filtered_true = (exclude & same).sum().item<int64_t>();
-  c.same_label_neg = same.sum().item<int64_t>();
-  return c;
+  const auto t =
+      fn_count_tensor(exclude, negative, label_row, label_col).to(torch::kCPU).contiguous();
+  const int64_t* v = t.data_ptr<int64_t>();
+  return {v[0], v[1], v[2], v[3]};
 }
 
 }  // namespace fnvlp::negatives

@@ -99,5 +99,9 @@ struct FnCounts {
 };
 FnCounts fn_counts(const torch::Tensor& exclude, const torch::Tensor& negative,
                    const torch::Tensor& label_row, const torch::Tensor& label_col);
+// The same counts as an int64 [4] tensor on the masks' device, in FnCounts' order (filtered,
+// filtered_true, same_label_neg, negatives): summed there, read when needed.
+torch::Tensor fn_count_tensor(const torch::Tensor& exclude, const torch::Tensor& negative,
+                              const torch::Tensor& label_row, const torch::Tensor& label_col);
 
 }  // namespace fnvlp::negatives

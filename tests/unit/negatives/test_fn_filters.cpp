@@ -8,8 +8,10 @@
 #include <random>
 #include <vector>
 
+#include "fnvlp/comm/comm.hpp"
 #include "fnvlp/core/error.hpp"
 #include "fnvlp/loss/tcl.hpp"
+#include "fnvlp/negatives/filter_telemetry.hpp"
 #include "fnvlp/negatives/glofnd.hpp"
 #include "fnvlp/negatives/srcl.hpp"
 
@@ -166,6 +168,39 @@ TEST(NegativesFnCounts, PrecisionRecallAgainstLabels) {
   // Unknown labels are never ground-truth positives.
   EXPECT_EQ(fn_counts(exclude, negative, torch::tensor({-1}), torch::full({4}, -1)).filtered_true,
             0);
+}
+
+// The window's counts are summed where the masks live and read at report(), which starts the next
+// window: two records give the ratios of one, a report without records gives no keys.
+TEST(NegativesFilterTelemetry, ReportsTheWindowsCountsAndStartsAnew) {
+  Comm comm;  // one rank in the unit binary
+  const auto negative = torch::tensor({{false, true, true, true}, {true, false, true, true}});
+  const auto ex_i2t = torch::tensor({{false, true, true, false}, {true, false, false, false}});
+  const auto ex_t2i = torch::tensor({{false, false, true, false}, {false, false, false, true}});
+  const auto lr = torch::tensor({3, -1});       // row 1's label unknown
+  const auto lc = torch::tensor({3, 3, 5, 3});  // row 0's same-label negatives: cols 1 and 3
+  FilterTelemetry t;
+  t.record(ex_i2t, ex_t2i, negative, lr, lc);
+  t.record(ex_i2t, ex_t2i, negative, lr, lc);
+  nlohmann::json m;
+  t.report(comm, m);
+  // Per record: 6 negatives; filtered 3 (i2t) and 2 (t2i); of those with both labels known
+  // (row 0: 2 + 1) one shares the label; same-label negatives 2 per direction.
+  EXPECT_DOUBLE_EQ(m.at("filtered_frac_i2t").get<double>(), 3.0 / 6);
+  EXPECT_DOUBLE_EQ(m.at("filtered_frac_t2i").get<double>(), 2.0 / 6);
+  EXPECT_DOUBLE_EQ(m.at("fn_precision").get<double>(), 1.0 / 3);
+  EXPECT_DOUBLE_EQ(m.at("fn_recall").get<double>(), 1.0 / 4);
+  EXPECT_DOUBLE_EQ(m.at("fn_f1").get<double>(), 2.0 / 7);
+
+  const auto none = torch::zeros_like(negative);
+  t.record(none, none, negative, lr, lc);
+  nlohmann::json next;
+  t.report(comm, next);
+  EXPECT_EQ(next.at("filtered_frac_i2t").get<double>(), 0.0);
+  EXPECT_EQ(next.at("fn_recall").get<double>(), 0.0);
+  nlohmann::json empty;
+  t.report(comm, empty);
+  EXPECT_TRUE(empty.empty()) << empty.dump();
 }
 
 TEST(NegativesSrcl, WeightsAverageOneAndFallWithSimilarity) {
