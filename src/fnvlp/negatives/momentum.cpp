@@ -75,7 +75,7 @@ void FeatureQueueImpl::enqueue(const torch::Tensor& img, const torch::Tensor& tx
                                                << " into [" << k << ", " << dim() << "]");
   if (k == 0 || n == 0) return;
   torch::NoGradGuard no_grad;
-  const int64_t p = ptr(), keep = std::min(n, k), skip = n - keep;
+  const int64_t p = ptr(), f = fill(), keep = std::min(n, k), skip = n - keep;
   // Row skip + j goes where a row-by-row enqueue puts it: (p + skip + j) mod k.
   const torch::Tensor dst =
       (torch::arange(keep, img_.options().dtype(torch::kLong)) + (p + skip)).remainder(k);
@@ -83,8 +83,20 @@ void FeatureQueueImpl::enqueue(const torch::Tensor& img, const torch::Tensor& tx
   txt_.index_copy_(0, dst, txt.detach().narrow(0, skip, keep).to(txt_.dtype()));
   image_id_.index_copy_(0, dst, image_id.narrow(0, skip, keep).to(torch::kLong));
   pair_id_.index_copy_(0, dst, pair_id.narrow(0, skip, keep).to(torch::kLong));
-  state_[0] = (p + n) % k;
-  state_[1] = std::min(k, fill() + n);
+  host_ = {(p + n) % k, std::min(k, f + n)};
+  state_[0] = host_[0];
+  state_[1] = host_[1];
+  host_version_ = state_._version();
+}
+
+const std::array<int64_t, 2>& FeatureQueueImpl::host_state() const {
+  if (state_.data_ptr() != host_of_ || state_._version() != host_version_) {
+    const torch::Tensor h = state_.to(torch::kCPU, torch::kLong).contiguous();
+    host_ = {h.data_ptr<int64_t>()[0], h.data_ptr<int64_t>()[1]};
+    host_of_ = state_.data_ptr();
+    host_version_ = state_._version();
+  }
+  return host_;
 }
 
 void FeatureQueueImpl::check(int64_t capacity, int64_t dim) const {
@@ -93,7 +105,7 @@ void FeatureQueueImpl::check(int64_t capacity, int64_t dim) const {
                   pair_id_.numel() == capacity && state_.numel() == 2,
               "feature queue: holds " << img_.sizes() << ", expected [" << capacity << ", " << dim
                                       << "] (loss.queue_size / model.embed_dim changed?)");
-  const int64_t p = state_[0].item<int64_t>(), f = state_[1].item<int64_t>();
+  const int64_t p = ptr(), f = fill();
   FNVLP_CHECK(
       f >= 0 && f <= capacity && p >= 0 && (capacity == 0 ? p == 0 : p < capacity) &&
           (f == capacity || p == f),

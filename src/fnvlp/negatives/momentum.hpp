@@ -6,6 +6,7 @@
 // need no communication and rank 0 alone writes them into a checkpoint.
 #include <torch/torch.h>
 
+#include <array>
 #include <cstdint>
 
 namespace fnvlp::negatives {
@@ -36,8 +37,8 @@ class FeatureQueueImpl : public torch::nn::Module {
                const torch::Tensor& pair_id);
   int64_t capacity() const { return img_.size(0); }
   int64_t dim() const { return img_.size(1); }
-  int64_t fill() const { return state_[1].item<int64_t>(); }
-  int64_t ptr() const { return state_[0].item<int64_t>(); }
+  int64_t fill() const { return host_state()[1]; }
+  int64_t ptr() const { return host_state()[0]; }
   // The filled rows [0, fill) (views, storage order).
   torch::Tensor img() const { return img_.narrow(0, 0, fill()); }
   torch::Tensor txt() const { return txt_.narrow(0, 0, fill()); }
@@ -51,6 +52,13 @@ class FeatureQueueImpl : public torch::nn::Module {
   torch::Tensor img_, txt_;           // float [capacity, dim]
   torch::Tensor image_id_, pair_id_;  // int64 [capacity], -1 where empty
   torch::Tensor state_;               // int64 [2]: ptr, fill
+  // ptr and fill as last read or written: on a GPU a read of state_ at each use would wait for
+  // the queued work. Read again once state_ was replaced (a checkpoint load, a move to another
+  // device: new storage) or written in place by anyone else (its version counter moved).
+  const std::array<int64_t, 2>& host_state() const;
+  mutable std::array<int64_t, 2> host_ = {0, 0};
+  mutable const void* host_of_ = nullptr;
+  mutable int64_t host_version_ = -1;
 };
 TORCH_MODULE(FeatureQueue);
 

@@ -123,6 +123,27 @@ TEST(Momentum, QueueRingOrderWrapAndIds) {
                fnvlp::Error);
 }
 
+// ptr and fill are kept on the host between uses (no read of a GPU buffer per step); a write of
+// the state buffer from outside, in place or by new storage (a checkpoint load, a move), is seen
+// at the next use.
+TEST(Momentum, QueueSeesItsStateWrittenFromOutside) {
+  FeatureQueue q(4, 2);
+  push(q, rows(0, 3));
+  EXPECT_EQ(q->ptr(), 3);
+  EXPECT_EQ(q->fill(), 3);
+  torch::Tensor state = q->named_buffers()["state"];
+  torch::NoGradGuard no_grad;
+  state.copy_(torch::tensor({1, 4}, torch::kLong));
+  EXPECT_EQ(q->ptr(), 1);
+  EXPECT_EQ(q->fill(), 4);
+  state.set_data(torch::tensor({2, 4}, torch::kLong));
+  EXPECT_EQ(q->ptr(), 2);
+  push(q, rows(3, 1));
+  EXPECT_EQ(q->ptr(), 3);
+  EXPECT_EQ(q->fill(), 4);
+  EXPECT_TRUE(torch::equal(state, torch::tensor({3, 4}, torch::kLong)));
+}
+
 TEST(Momentum, QueueCheckpointRoundTrip) {
   const std::string dir = ::testing::TempDir() + "/fnvlp_momentum_queue";
   fs::remove_all(dir);
