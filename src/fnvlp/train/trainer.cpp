@@ -432,7 +432,8 @@ torch::Tensor Trainer::mlm_loss(StepContext& s, const std::vector<torch::Tensor>
   const torch::Tensor& mask = s.batch.attention_mask;
   auto gen = negatives::step_generator(seed(), step_, comm_.rank(), negatives::kMlmStream);
   const data::SpecialTokens& special = dataset_.special_tokens();
-  // On the host batch: the masks, positions and targets go to the device without a read back.
+  // From the host batch: nothing read back from the device; the masked ids and targets are copied
+  // to it without waiting, the positions stay on the host for fuse_at.
   s.masking = loss::mask_tokens(s.host.tokens, s.host.attention_mask, cfg_.loss.mlm_probability,
                                 cfg_.model.vocab_size, special.mask,
                                 {special.pad, special.cls, special.sep}, gen, device_.device);
