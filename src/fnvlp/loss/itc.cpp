@@ -72,7 +72,7 @@ Direction one_direction(const torch::Tensor& logits, const torch::Tensor& positi
   torch::Tensor allowed = torch::ones_like(positive);
   if (weight.defined()) {
     torch::Tensor w = weight.detach().to(logits.dtype());
-    FNVLP_CHECK(w.isfinite().all().item<bool>() && (w >= 0).all().item<bool>(),
+    FNVLP_CHECK((w.isfinite() & (w >= 0)).all().item<bool>(),  // one read of the device
                 "itc: negative weights must be finite and >= 0");
     w = torch::where(positive, torch::ones_like(w), w);
     allowed = allowed & (w > 0);

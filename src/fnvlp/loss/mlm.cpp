@@ -63,7 +63,8 @@ MlmMasking mask_tokens(const torch::Tensor& ids, const torch::Tensor& attn, doub
 torch::Tensor gather_positions(const torch::Tensor& hidden, const torch::Tensor& positions) {
   FNVLP_CHECK(hidden.dim() == 3, "mlm: hidden must be [b, L, D], got " << hidden.sizes());
   FNVLP_CHECK(positions.dim() == 1, "mlm: positions must be [M]");
-  return hidden.reshape({-1, hidden.size(2)}).index_select(0, positions.to(torch::kLong));
+  return hidden.reshape({-1, hidden.size(2)})
+      .index_select(0, to_device_async(positions.to(torch::kLong), hidden.device()));
 }
 
 namespace {

@@ -32,7 +32,8 @@ MlmMasking mask_tokens(const torch::Tensor& ids, const torch::Tensor& attn, doub
                        int64_t vocab_size, int64_t mask_id, const std::vector<int64_t>& never_mask,
                        torch::Generator gen, std::optional<torch::Device> device = std::nullopt);
 
-// Rows of `hidden` [b, L, D] at the flat positions [M] -> [M, D] (input of the MLM head).
+// Rows of `hidden` [b, L, D] at the flat positions [M] (on the host, as mask_tokens gives them,
+// or on hidden's device) -> [M, D] (input of the MLM head).
 torch::Tensor gather_positions(const torch::Tensor& hidden, const torch::Tensor& positions);
 
 // Mean cross-entropy of logits [M, V] against targets [M]. M = 0 gives 0 with a valid graph.

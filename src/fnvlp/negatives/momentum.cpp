@@ -90,13 +90,15 @@ void FeatureQueueImpl::enqueue(const torch::Tensor& img, const torch::Tensor& tx
 }
 
 const std::array<int64_t, 2>& FeatureQueueImpl::host_state() const {
-  if (state_.data_ptr() != host_of_ || state_._version() != host_version_) {
-    const torch::Tensor h = state_.to(torch::kCPU, torch::kLong).contiguous();
-    host_ = {h.data_ptr<int64_t>()[0], h.data_ptr<int64_t>()[1]};
-    host_of_ = state_.data_ptr();
-    host_version_ = state_._version();
-  }
+  if (state_.data_ptr() != host_of_ || state_._version() != host_version_) read_state();
   return host_;
+}
+
+void FeatureQueueImpl::read_state() const {
+  const torch::Tensor h = state_.to(torch::kCPU, torch::kLong).contiguous();
+  host_ = {h.data_ptr<int64_t>()[0], h.data_ptr<int64_t>()[1]};
+  host_of_ = state_.data_ptr();
+  host_version_ = state_._version();
 }
 
 void FeatureQueueImpl::check(int64_t capacity, int64_t dim) const {
@@ -105,6 +107,7 @@ void FeatureQueueImpl::check(int64_t capacity, int64_t dim) const {
                   pair_id_.numel() == capacity && state_.numel() == 2,
               "feature queue: holds " << img_.sizes() << ", expected [" << capacity << ", " << dim
                                       << "] (loss.queue_size / model.embed_dim changed?)");
+  read_state();
   const int64_t p = ptr(), f = fill();
   FNVLP_CHECK(
       f >= 0 && f <= capacity && p >= 0 && (capacity == 0 ? p == 0 : p < capacity) &&

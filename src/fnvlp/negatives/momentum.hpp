@@ -45,7 +45,8 @@ class FeatureQueueImpl : public torch::nn::Module {
   torch::Tensor image_id() const { return image_id_.narrow(0, 0, fill()); }
   torch::Tensor pair_id() const { return pair_id_.narrow(0, 0, fill()); }
   // Throws fnvlp::Error unless the buffers are [capacity, dim] with a consistent pointer and
-  // fill (after loading a checkpoint written with another queue_size or embed_dim).
+  // fill (after loading a checkpoint written with another queue_size or embed_dim). Reads the
+  // pointer and fill afresh: run it after every load.
   void check(int64_t capacity, int64_t dim) const;
 
  private:
@@ -54,8 +55,11 @@ class FeatureQueueImpl : public torch::nn::Module {
   torch::Tensor state_;               // int64 [2]: ptr, fill
   // ptr and fill as last read or written: on a GPU a read of state_ at each use would wait for
   // the queued work. Read again once state_ was replaced (a checkpoint load, a move to another
-  // device: new storage) or written in place by anyone else (its version counter moved).
+  // device: new storage) or written in place by anyone else (its version counter moved), and by
+  // check(), which runs after every load: a load onto a GPU can get the old block's address back
+  // with no version change, and a write through a raw pointer moves no counter.
   const std::array<int64_t, 2>& host_state() const;
+  void read_state() const;
   mutable std::array<int64_t, 2> host_ = {0, 0};
   mutable const void* host_of_ = nullptr;
   mutable int64_t host_version_ = -1;

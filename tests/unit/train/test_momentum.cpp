@@ -142,6 +142,11 @@ TEST(Momentum, QueueSeesItsStateWrittenFromOutside) {
   EXPECT_EQ(q->ptr(), 3);
   EXPECT_EQ(q->fill(), 4);
   EXPECT_TRUE(torch::equal(state, torch::tensor({3, 4}, torch::kLong)));
+  // A write no counter sees (a raw pointer; a load onto a GPU that gets the old block back):
+  // check(), run after every load, reads the state afresh.
+  state.data_ptr<int64_t>()[0] = 1;
+  q->check(4, 2);
+  EXPECT_EQ(q->ptr(), 1);
 }
 
 TEST(Momentum, QueueCheckpointRoundTrip) {
