@@ -141,8 +141,11 @@ torch::Tensor fnc_filter(const torch::Tensor& cos, const torch::Tensor& negative
   FNVLP_CHECK(alpha >= 0 && alpha <= 1, "fnc: alpha " << alpha << " not in [0, 1]");
   FNVLP_CHECK(cos.dim() == 2 && negative.sizes() == cos.sizes(),
               "fnc: expected cos and negative of equal shape [b, N]");
-  const auto c = cos.to(torch::kCPU, torch::kFloat).contiguous();
-  const auto neg = negative.to(torch::kCPU, torch::kBool).contiguous();
+  // One copy to the host for both (the mask as 0/1 floats).
+  const auto both =
+      torch::stack({cos.to(torch::kFloat), negative.to(torch::kFloat)}).to(torch::kCPU);
+  const auto c = both[0].contiguous();
+  const auto neg = both[1].to(torch::kBool).contiguous();
   auto out = torch::zeros(cos.sizes(), torch::kBool);
   const int64_t b = c.size(0), n = c.size(1);
   const float* cp = c.data_ptr<float>();

@@ -32,11 +32,15 @@ void EpochCache::record(const torch::Tensor& pair_id, const torch::Tensor& img,
     FNVLP_CHECK(p[i] >= block_.begin && p[i] < block_.end,
                 "epoch cache: pair " << p[i] << " is outside this rank's block [" << block_.begin
                                      << ", " << block_.end << ")");
+  // Both in one copy to the host (from a GPU, each copy waits for the queued work).
+  const torch::Tensor both =
+      torch::stack({img.detach().to(torch::kFloat), txt.detach().to(torch::kFloat)})
+          .to(torch::kCPU);
   // A step whose embeddings are not finite is skipped by the trainer: its rows keep their values.
-  if (!torch::isfinite(img).all().item<bool>() || !torch::isfinite(txt).all().item<bool>()) return;
+  if (!torch::isfinite(both).all().item<bool>()) return;
   const torch::Tensor rows = ids - block_.begin;
-  img_.index_copy_(0, rows, img.detach().to(torch::kCPU, torch::kFloat));
-  txt_.index_copy_(0, rows, txt.detach().to(torch::kCPU, torch::kFloat));
+  img_.index_copy_(0, rows, both[0]);
+  txt_.index_copy_(0, rows, both[1]);
   for (int64_t i = 0; i < n; ++i) seen_[static_cast<size_t>(p[i] - block_.begin)] = 1;
 }
 
