@@ -110,7 +110,8 @@ int allreduce_gradients(const Comm& comm, const std::vector<torch::Tensor>& para
 torch::Tensor allgather_rows(const Comm& comm, const torch::Tensor& local, int64_t* offset) {
   if (comm.size() == 1) {  // a copy where it lies: on a GPU no round trip, no collective's wait
     if (offset) *offset = 0;
-    return local.detach().to(torch::kFloat).clone(torch::MemoryFormat::Contiguous);
+    return local.detach().to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true,
+                             torch::MemoryFormat::Contiguous);
   }
   if (const NcclComm* nccl = nccl_for(comm, local)) {
     const auto t = local.detach().to(torch::kFloat).contiguous();

@@ -25,7 +25,8 @@ void FilterTelemetry::report(const Comm& comm, nlohmann::json& m) {
   std::vector<double> c(7, 0.0);
   if (sums_.defined()) {
     const torch::Tensor h = sums_.to(torch::kCPU).contiguous();
-    for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<double>(h.data_ptr<int64_t>()[i]);
+    const int64_t* v = h.data_ptr<int64_t>();
+    for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<double>(v[i]);
   }
   comm.allreduce_sum(c);
   sums_ = torch::Tensor();
