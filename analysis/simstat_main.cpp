@@ -39,14 +39,15 @@ int main(int argc, char** argv) {
       ("fnc-seed", "seed of the FNC batches", cxxopts::value(p.fnc_seed)->default_value("0"))
       ("start-sample", "candidates sampled for the starting thresholds (-1: N/64, at most 8192; "
        "0: none; results never change)", cxxopts::value(p.start_sample)->default_value("-1"))
-      ("threads", "libtorch threads per rank", cxxopts::value(o.threads)->default_value("1"))
+      ("threads", "threads per rank: libtorch's, and Kokkos's where its host backend is threaded "
+       "(OpenMP)", cxxopts::value(o.threads)->default_value("1"))
       ("watchdog-s", "abort the job (exit 4) when a rank reports no progress for this many "
        "seconds (<= 0: off)", cxxopts::value(watchdog_s)->default_value("1800"));
     // clang-format on
     const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm, {"embeddings", "out"});
     if (!parsed) return 0;
     const fnvlp::ToolWatchdog dog(comm, watchdog_s);
-    fnvlp::similarity::KokkosRuntime kokkos;  // after MPI, finalised before MPI_Finalize
+    fnvlp::similarity::KokkosRuntime kokkos(o.threads);  // after MPI, finalised before MPI_Finalize
     const auto s = fnvlp::similarity::run_simstat(comm, o);
     if (comm.is_root()) {
       for (const char* m : {"image", "text"}) {

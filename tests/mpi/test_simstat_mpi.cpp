@@ -17,15 +17,28 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Kokkos for the whole binary (threads of a threaded backend from OMP_NUM_THREADS); where it runs
+// on a device and none is visible, not at all, and every test says why.
 class KokkosEnv : public ::testing::Environment {
  public:
-  void SetUp() override { rt_ = std::make_unique<similarity::KokkosRuntime>(); }
+  void SetUp() override {
+    if (similarity::device_available()) rt_ = std::make_unique<similarity::KokkosRuntime>(0);
+  }
   void TearDown() override { rt_.reset(); }
 
  private:
   std::unique_ptr<similarity::KokkosRuntime> rt_;
 };
 [[maybe_unused]] auto* const kokkos_env = ::testing::AddGlobalTestEnvironment(new KokkosEnv);
+
+class SimstatMpi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!similarity::device_available())
+      GTEST_SKIP() << "SKIPPED: this build's Kokkos runs on " << similarity::DeviceSpace::name()
+                   << " and no device is visible";
+  }
+};
 
 fs::path work_dir(const Comm& comm, const std::string& name) {
   const fs::path d = fs::path(FNVLP_BINARY_DIR) / "tests" / "mpi" /
@@ -133,7 +146,7 @@ similarity::JobOptions job_on(const Comm& comm, const fs::path& dir, const data:
   return opt;
 }
 
-TEST(SimstatMpi, ExactForAnyRankCountAndTile) {
+TEST_F(SimstatMpi, ExactForAnyRankCountAndTile) {
   Comm comm;
   h5::quiet();
   for (const bool adversarial : {false, true}) {
@@ -169,7 +182,7 @@ TEST(SimstatMpi, ExactForAnyRankCountAndTile) {
 // (1,150, 575, ...), tiles of 1,000 candidates start inside one (1,000, 2,000), and blocks of 700
 // rows or 2,048 end in or at one. Each pair keeps its place in the GEMM (simstat.hpp), so the
 // thresholds match the brute force and the quantiles one undistributed pass, bit for bit.
-TEST(SimstatMpi, ExactAcrossGemmBlocks) {
+TEST_F(SimstatMpi, ExactAcrossGemmBlocks) {
   Comm comm;
   h5::quiet();
   const auto dir = work_dir(comm, "blocks");
@@ -184,7 +197,7 @@ TEST(SimstatMpi, ExactAcrossGemmBlocks) {
   }
 }
 
-TEST(SimstatMpi, LambdaFromNewestEmbeddingsOfARun) {
+TEST_F(SimstatMpi, LambdaFromNewestEmbeddingsOfARun) {
   Comm comm;
   const auto dir = work_dir(comm, "lambda");
   auto e = test::make_embeddings(61, 8, 21, false);
@@ -210,7 +223,7 @@ TEST(SimstatMpi, LambdaFromNewestEmbeddingsOfARun) {
   check_run(comm, plain, newer, opt);
 }
 
-TEST(SimstatMpi, BadInputFailsOnEveryRank) {
+TEST_F(SimstatMpi, BadInputFailsOnEveryRank) {
   Comm comm;
   const auto dir = work_dir(comm, "bad");
   similarity::JobOptions opt;

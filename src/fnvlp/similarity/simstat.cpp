@@ -561,12 +561,19 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
                       const CandidateReader& read_candidates, int64_t n_cols,
                       const ColumnReader& read_columns, const float* lambda, const Params& p,
                       const StridedReader& read_strided) {
+  if constexpr (kDeviceBuild) {
+    if (!p.host)
+      return anchor_stats_on<ExecSpace, true>(anchors, row0, rows, dim, read_candidates, n_cols,
+                                              read_columns, lambda, p, read_strided);
+  }
   return p.generic_path
-             ? anchor_stats_on<ExecSpace, true>(anchors, row0, rows, dim, read_candidates, n_cols,
+             ? anchor_stats_on<HostSpace, true>(anchors, row0, rows, dim, read_candidates, n_cols,
                                                 read_columns, lambda, p, read_strided)
-             : anchor_stats_on<ExecSpace, false>(anchors, row0, rows, dim, read_candidates, n_cols,
+             : anchor_stats_on<HostSpace, false>(anchors, row0, rows, dim, read_candidates, n_cols,
                                                  read_columns, lambda, p, read_strided);
 }
+
+bool takes_generic_path(const Params& p) { return p.generic_path || (kDeviceBuild && !p.host); }
 
 RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t dim,
                       const CandidateReader& read_candidates, int64_t n_cols,
@@ -893,6 +900,10 @@ nlohmann::json run_simstat(const Comm& comm, const JobOptions& opt) {
   summary["quantile_error_bound"] = 2.0 / opt.params.bins;
   summary["fnc_batch"] = opt.params.fnc_batch;
   summary["ranks"] = comm.size();
+  // Where the kernels ran: the execution space and its concurrency per rank (threads or a
+  // device's).
+  summary["kokkos_space"] = ExecSpace::name();
+  summary["kokkos_concurrency"] = ExecSpace().concurrency();
   summary["embeddings"] = opt.embeddings;
   summary["lambda_source"] = lambda_source;
   summary["epoch"] = file->epoch();

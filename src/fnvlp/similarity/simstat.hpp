@@ -50,7 +50,13 @@ struct Params {
   // in double, the portable chunk test: kernels.hpp) even where the execution space is the host.
   // For tests; a device build takes it whatever this says.
   bool generic_path = false;
+  // Run on the host execution space even where the default one is a device: the host's results,
+  // which a device's are checked against. No effect in a host build.
+  bool host = false;
 };
+
+// Whether anchor_stats with these parameters takes the generic path (forced, or on a device).
+bool takes_generic_path(const Params& p);
 
 // Per-anchor results for rows [row0, row0 + rows) of one modality.
 struct RowStats {
@@ -142,7 +148,7 @@ ExactThresholds exact_thresholds(const std::string& embeddings, int64_t row0, in
 struct JobOptions {
   std::string embeddings, out, lambda_from, json;
   Params params;
-  int threads = 1;  // libtorch intra-op threads per rank
+  int threads = 1;  // libtorch intra-op threads per rank (and Kokkos's: simstat_main)
 };
 
 // Resolves --lambda-from: a FILE.h5, or a run directory (its newest embeddings/epoch-*.h5).

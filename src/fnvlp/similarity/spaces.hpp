@@ -60,11 +60,21 @@ KOKKOS_INLINE_FUNCTION float quiet_nan() {
   return v;
 }
 
+// Whether the default execution space is a device (a Kokkos built with CUDA, HIP or SYCL).
+inline constexpr bool kDeviceBuild = !kOnHost<DeviceSpace>;
+
+// Whether the default execution space can run here: always for a host Kokkos; for a device Kokkos,
+// whether a device is visible (checked without initialising Kokkos, which aborts without one).
+bool device_available();
+
 // Initialises Kokkos for the scope of a job when nobody else did (after MPI is up); finalises it
-// in the destructor, which must run after every view is gone and before MPI_Finalize.
+// in the destructor, which must run after every view is gone and before MPI_Finalize. `threads`:
+// the threads of a threaded host backend (OpenMP); <= 0 leaves them to Kokkos (OMP_NUM_THREADS).
+// Serial and device backends ignore it. Throws Error, naming the backend, where the default space
+// is a device and none is visible.
 class KokkosRuntime {
  public:
-  KokkosRuntime();
+  explicit KokkosRuntime(int threads = 1);
   ~KokkosRuntime();
   KokkosRuntime(const KokkosRuntime&) = delete;
   KokkosRuntime& operator=(const KokkosRuntime&) = delete;

@@ -1,7 +1,8 @@
 // Exactness of the similarity kernels against a brute-force full sort (random and adversarial
 // inputs: ties, duplicates, k = 1, k = n_neg, anchors with few or no negatives), and identical
 // results for every tile size and row block, on the fast path (BLAS GEMM, AVX2 chunk test) and on
-// the generic path a device build takes (Params::generic_path forces it on the host here).
+// the generic path a device build takes (Params::generic_path forces it on the host; a build
+// against a Kokkos on CUDA runs it on the GPU and compares with the host: Params::host).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,16 +25,29 @@ namespace fnvlp {
 namespace {
 
 // Kokkos lives for the whole test binary (initialised after MPI in mpi_main, finalised in
-// RUN_ALL_TESTS' teardown, before MPI_Finalize).
+// RUN_ALL_TESTS' teardown, before MPI_Finalize), with a threaded backend's threads from
+// OMP_NUM_THREADS; not at all where it runs on a device and none is visible.
 class KokkosEnv : public ::testing::Environment {
  public:
-  void SetUp() override { rt_ = std::make_unique<similarity::KokkosRuntime>(); }
+  void SetUp() override {
+    if (similarity::device_available()) rt_ = std::make_unique<similarity::KokkosRuntime>(0);
+  }
   void TearDown() override { rt_.reset(); }
 
  private:
   std::unique_ptr<similarity::KokkosRuntime> rt_;
 };
 [[maybe_unused]] auto* const kokkos_env = ::testing::AddGlobalTestEnvironment(new KokkosEnv);
+
+// Where Kokkos runs on a device (FNVLP_KOKKOS=cuda) the tests need one: without it each says why.
+class Simstat : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!similarity::device_available())
+      GTEST_SKIP() << "SKIPPED: this build's Kokkos runs on " << similarity::DeviceSpace::name()
+                   << " and no device is visible";
+  }
+};
 
 struct Case {
   data::Embeddings e;
@@ -58,7 +72,7 @@ void expect_matches_reference(const Case& c, const similarity::Params& p) {
   const int64_t n = c.e.size();
   const auto got = run(c, p, true);
   const auto ref =
-      p.generic_path
+      similarity::takes_generic_path(p)
           ? test::brute_force_of(
                 test::generic_similarities(c.e.image_emb, c.e.text_emb, n, c.e.dim).data(), n,
                 c.e.image_id, c.e.label, c.e.glofnd_lambda_image, c.batch, p.alpha)
@@ -133,6 +147,13 @@ similarity::Params generic(similarity::Params p) {
   return p;
 }
 
+// On the host execution space even where the default one is a device: the fast path, unless
+// generic.
+similarity::Params on_host(similarity::Params p) {
+  p.host = true;
+  return p;
+}
+
 // Every output of two runs has the same bits (NaN thresholds included).
 void expect_same_stats(const similarity::RowStats& a, const similarity::RowStats& b) {
   ASSERT_EQ(a.rows, b.rows);
@@ -155,14 +176,14 @@ void expect_same_stats(const similarity::RowStats& a, const similarity::RowStats
   EXPECT_EQ(a.scalar_values, b.scalar_values);
 }
 
-TEST(Simstat, RandomMatchesBruteForce) {
+TEST_F(Simstat, RandomMatchesBruteForce) {
   const auto c = make_case(400, 32, 1, false, 24);
   for (const int64_t sample : {0, 100})
     for (double alpha : {0.01, 0.05, 0.3})
       expect_matches_reference(c, with_start(params(alpha, 64, 37), sample));
 }
 
-TEST(Simstat, AdversarialTiesDuplicatesFewNegatives) {
+TEST_F(Simstat, AdversarialTiesDuplicatesFewNegatives) {
   const auto c = make_case(300, 8, 2, true, 24);
   for (const int64_t sample : {0, 60})
     for (double alpha : {1e-9, 0.01, 0.2, 0.5, 1.0})
@@ -172,7 +193,7 @@ TEST(Simstat, AdversarialTiesDuplicatesFewNegatives) {
 // A start above the k-th largest (at a margin of -1e9 sigmas, rank 1: the sample's maximum) must be
 // caught and the block streamed again, with the same exact results. At the default margin the
 // rank here (26) exceeds the 19 values above the k-th largest (k = 20): no restart is possible.
-TEST(Simstat, StartAboveTheKthLargestIsStreamedAgain) {
+TEST_F(Simstat, StartAboveTheKthLargestIsStreamedAgain) {
   const auto c = make_case(400, 32, 7, false, 24);
   auto p = with_start(params(0.05, 64, 37), 100);
   p.start_sigmas = -1e9;
@@ -188,7 +209,7 @@ TEST(Simstat, StartAboveTheKthLargestIsStreamedAgain) {
 // values (possible through the kernel interface) saw only its first value as a new minimum, so its
 // vmax is that value, not the maximum: the bins up to its tau must be cleared as well, or the
 // restarted stream counts every value twice. Ascending values make vmax the smallest one.
-TEST(Simstat, ResetAfterAStartAboveEveryValueLeavesNoStaleCounts) {
+TEST_F(Simstat, ResetAfterAStartAboveEveryValueLeavesNoStaleCounts) {
   using Space = similarity::HostSpace;  // the test reads the views from the host
   const int64_t cols = 128, m = 9;
   const int32_t bins = 64;
@@ -241,7 +262,7 @@ TEST(Simstat, ResetAfterAStartAboveEveryValueLeavesNoStaleCounts) {
 // The point of the starting thresholds: at N = 32,768 (the default sample: N / 64 = 512
 // candidates) far fewer values take the scalar path (5.6% -> ~3% of all at alpha = 1%), and every
 // result keeps its bits.
-TEST(Simstat, StartingThresholdsCutTheScalarPathNotTheResults) {
+TEST_F(Simstat, StartingThresholdsCutTheScalarPathNotTheResults) {
   const int64_t n = 32768, rows = 256;
   const auto c = make_case(n, 32, 8, false, 64);
   auto p = params(0.01, 4096, 4096);
@@ -266,7 +287,7 @@ TEST(Simstat, StartingThresholdsCutTheScalarPathNotTheResults) {
 // The host's SIMD chunk test gives the bins and the mask of the portable loop, for the edge values
 // that matter: NaN (bin 0, never hot), infinities, the ends of [-1, 1], bin edges, values equal to
 // the thresholds and just beside them.
-TEST(Simstat, ClassifyChunkHostMatchesPortable) {
+TEST_F(Simstat, ClassifyChunkHostMatchesPortable) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   if (__builtin_cpu_supports("avx2")) EXPECT_STREQ(similarity::classify_chunk64_impl(), "avx2");
 #endif
@@ -311,7 +332,7 @@ TEST(Simstat, ClassifyChunkHostMatchesPortable) {
 // kernels alone, with starts the driver's sample would not choose. Each row is folded twice: with
 // the host's chunk test (AVX2 where the CPU has it) and with the portable one a device runs
 // (accumulate_tile<true>); both must match the plain count, with the same bits.
-TEST(Simstat, FoldMatchesPlainCountsWithTiesLambdaAndSmallReservoirs) {
+TEST_F(Simstat, FoldMatchesPlainCountsWithTiesLambdaAndSmallReservoirs) {
   using Space = similarity::HostSpace;  // the test reads the views from the host
   std::mt19937 rng(11);
   const float levels[] = {-0.5f, -0.25f, 0.0f, 0.125f, 0.25f, 0.375f, 0.5f, 0.75f};
@@ -416,20 +437,22 @@ TEST(Simstat, FoldMatchesPlainCountsWithTiesLambdaAndSmallReservoirs) {
   EXPECT_GT(restarts, 10);
 }
 
-TEST(Simstat, KEqualsOneAndKEqualsAll) {
+TEST_F(Simstat, KEqualsOneAndKEqualsAll) {
   const auto c = make_case(200, 16, 3, false, 24);
   expect_matches_reference(c, params(1e-9, 50, 200));
   expect_matches_reference(c, params(1.0, 50, 200));
 }
 
 // The generic path (what a device build runs: similarities from similarity_kernel, the portable
-// chunk test, the embeddings copied to the execution space) forced on the host. Where every dot
+// chunk test, the embeddings copied to the execution space) against the host's fast path: in a
+// host build the generic path forced on the host, in a device build the device itself (simstat on
+// the device against the host). Where every dot
 // product is exact in float32 (adversarial embeddings: entries in {-2..2} / 4 and dim 8, so every
 // partial sum is a multiple of 1/16 below 2 in magnitude), its similarities are the BLAS GEMM's
 // bits, whatever either's order, so every output must have the fast path's bits too: thresholds,
 // quantiles, counts and the cost diagnostics (starts, restarts; the scalar-path count as well, as
 // both paths cut the same chunks: aligned to global multiples of kChunk, ending at the tile's end).
-TEST(Simstat, GenericPathMatchesFastPathBitwiseWhereProductsAreExact) {
+TEST_F(Simstat, GenericPathMatchesFastPathBitwiseWhereProductsAreExact) {
   const auto c = make_case(300, 8, 2, true, 24);
   for (const int64_t sample : {0, 60})
     for (const double alpha : {1e-9, 0.02, 0.5, 1.0})
@@ -437,12 +460,12 @@ TEST(Simstat, GenericPathMatchesFastPathBitwiseWhereProductsAreExact) {
         SCOPED_TRACE("sample " + std::to_string(sample) + " alpha " + std::to_string(alpha) +
                      " tile " + std::to_string(tile) + " block " + std::to_string(block));
         const auto p = with_start(params(alpha, tile, block), sample);
-        expect_same_stats(run(c, generic(p), true), run(c, p, true));
+        expect_same_stats(run(c, generic(p), true), run(c, on_host(p), true));
       }
   // A start above the k-th largest: both paths restart the same rows.
   auto p = with_start(params(0.05, 64, 37), 60);
   p.start_sigmas = -1e9;
-  const auto fast = run(c, p, true);
+  const auto fast = run(c, on_host(p), true);
   EXPECT_GT(fast.restarted_rows, 0);
   expect_same_stats(run(c, generic(p), true), fast);
 }
@@ -453,7 +476,7 @@ TEST(Simstat, GenericPathMatchesFastPathBitwiseWhereProductsAreExact) {
 // its thresholds lie within the largest similarity difference D of the fast path's: the k-th
 // largest of a row moves by at most the largest change of its values. D itself is float32
 // rounding: at most dim * 2^-24 * sum |a_k c_k| <= 32 * 2^-24 ~ 1.9e-6 for unit vectors at dim 32.
-TEST(Simstat, GenericPathIsExactOnItsOwnSimilarities) {
+TEST_F(Simstat, GenericPathIsExactOnItsOwnSimilarities) {
   const auto c = make_case(400, 32, 1, false, 24);
   for (const int64_t sample : {0, 100})
     for (const double alpha : {0.01, 0.3})
@@ -466,12 +489,12 @@ TEST(Simstat, GenericPathIsExactOnItsOwnSimilarities) {
   for (size_t u = 0; u < f.size(); ++u) d = std::max(d, std::fabs(double(g[u]) - double(f[u])));
   EXPECT_LE(d, 32 * std::ldexp(1.0, -24));
   const auto p = params(0.01, 64, 37);
-  const auto fast = run(c, p, true), gen = run(c, generic(p), true);
+  const auto fast = run(c, on_host(p), true), gen = run(c, generic(p), true);
   for (size_t u = 0; u < static_cast<size_t>(n); ++u)
     EXPECT_LE(std::fabs(double(gen.threshold[u]) - double(fast.threshold[u])), d) << "row " << u;
 }
 
-TEST(Simstat, AnchorsWithoutNegatives) {
+TEST_F(Simstat, AnchorsWithoutNegatives) {
   // Every pair shares one image: no anchor has a negative.
   auto c = make_case(12, 4, 4, false, 5);
   std::fill(c.e.image_id.begin(), c.e.image_id.end(), 7);
@@ -484,7 +507,7 @@ TEST(Simstat, AnchorsWithoutNegatives) {
   }
 }
 
-TEST(Simstat, SameBitsForAnyTileAndRowBlock) {
+TEST_F(Simstat, SameBitsForAnyTileAndRowBlock) {
   for (const bool generic_path : {false, true})
     for (bool adversarial : {false, true}) {
       SCOPED_TRACE(generic_path ? "generic path" : "fast path");
@@ -519,7 +542,7 @@ TEST(Simstat, SameBitsForAnyTileAndRowBlock) {
 // give each pair the bits of the whole product, and the callback covers each of its rows and
 // columns once. On kernels whose per-element order depends on the place (OpenBLAS's Haswell
 // SGEMM: ctest also runs this on it, similarity.haswell_kernels) it fails without the places.
-TEST(Simstat, SimilarityBlocksFixAPairsPlace) {
+TEST_F(Simstat, SimilarityBlocksFixAPairsPlace) {
   const int64_t rows = 2200, cols = similarity::kFoldCols + 1504, dim = 24;
   std::mt19937 rng(9);
   std::normal_distribution<float> g;
@@ -568,7 +591,7 @@ TEST(Simstat, SimilarityBlocksFixAPairsPlace) {
   }
 }
 
-TEST(Simstat, SelectKthLargestLayout) {
+TEST_F(Simstat, SelectKthLargestLayout) {
   std::vector<float> v = {3, 1, 3, 2, 5, 3, 0, 5};
   std::vector<uint8_t> f(v.size(), 0);
   const auto s = similarity::select_kth_largest(v.data(), f.data(), 8, 4);
@@ -584,7 +607,7 @@ TEST(Simstat, SelectKthLargestLayout) {
 // `pending` values counted in the histogram but not yet offered to the reservoir (the rest of the
 // current chunk), at the top here, the cut must look that much deeper to keep k values and still
 // be taken.
-TEST(Simstat, ShrinkReservoirKeepsInvariant) {
+TEST_F(Simstat, ShrinkReservoirKeepsInvariant) {
   const int32_t bins = 64;
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -636,7 +659,7 @@ TEST(Simstat, ShrinkReservoirKeepsInvariant) {
 
 // The kernels' NaN (std::numeric_limits is host code) has the bits of the host's, which reach
 // STATS.h5 for anchors without negatives.
-TEST(Simstat, KernelQuietNanHasTheBitsOfStdQuietNan) {
+TEST_F(Simstat, KernelQuietNanHasTheBitsOfStdQuietNan) {
   const float a = similarity::quiet_nan(), b = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0);
   static_assert(similarity::kOnHost<similarity::HostSpace>, "the host space runs host code");
@@ -644,7 +667,7 @@ TEST(Simstat, KernelQuietNanHasTheBitsOfStdQuietNan) {
 
 // shrink_reservoir takes the largest value below its cut as a maximum of order keys: the keys must
 // sort as the floats do (negatives included, -0 just below +0) and map back to the same bits.
-TEST(Simstat, OrderKeysSortAsTheFloatsAndRoundTrip) {
+TEST_F(Simstat, OrderKeysSortAsTheFloatsAndRoundTrip) {
   const float inf = std::numeric_limits<float>::infinity();
   const float denorm = std::numeric_limits<float>::denorm_min();
   std::vector<float> v = {-inf,  -1.0f, -0.5f,  -0.25f, -1e-30f, -denorm,
@@ -658,7 +681,7 @@ TEST(Simstat, OrderKeysSortAsTheFloatsAndRoundTrip) {
   }
 }
 
-TEST(Simstat, FncBatchesArePartitionOfPairs) {
+TEST_F(Simstat, FncBatchesArePartitionOfPairs) {
   const auto b = similarity::fnc_batches(103, 10, 9);
   std::vector<int> size(11, 0);
   for (auto x : b) ++size[static_cast<size_t>(x)];
@@ -671,7 +694,7 @@ TEST(Simstat, FncBatchesArePartitionOfPairs) {
 // GloFND's exact initialisation: one rank's block of anchors, both modalities, read from an
 // embeddings file and streamed against all its pairs, gives the brute-force thresholds bit for bit
 // (as simstat's, whatever the block).
-TEST(Simstat, ExactThresholdsOfABlockFromAFileMatchBruteForce) {
+TEST_F(Simstat, ExactThresholdsOfABlockFromAFileMatchBruteForce) {
   const Case c = make_case(300, 16, 41, /*adversarial=*/true, 0);
   const int64_t n = c.e.size(), d = c.e.dim;
   const std::string path = (std::filesystem::temp_directory_path() /
@@ -700,7 +723,7 @@ TEST(Simstat, ExactThresholdsOfABlockFromAFileMatchBruteForce) {
 // Issue 27: a training rank's exact_init must not hold the N-pair columns. anchor_stats reads the
 // columns' ids, labels and batches through a ColumnReader a tile at a time (the anchors' own once),
 // and gives the bits of the in-memory call, on both paths, with FNC batches and a start sample.
-TEST(Simstat, ColumnsAreReadATileAtATime) {
+TEST_F(Simstat, ColumnsAreReadATileAtATime) {
   const auto c = make_case(900, 16, 43, /*adversarial=*/true, 24);
   const int64_t n = c.e.size(), d = c.e.dim, tile = 128, row0 = 300, rows = 70;
   const similarity::CandidateReader reader = [&](int64_t c0, int64_t cn, float* out) {
@@ -736,7 +759,7 @@ TEST(Simstat, ColumnsAreReadATileAtATime) {
   }
 }
 
-TEST(Simstat, RejectsBadParameters) {
+TEST_F(Simstat, RejectsBadParameters) {
   const auto c = make_case(10, 4, 6, false, 5);
   EXPECT_THROW(run(c, params(0.0, 4, 4), false), Error);
   auto p = params(0.1, 4, 4);
