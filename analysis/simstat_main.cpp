@@ -39,8 +39,8 @@ int main(int argc, char** argv) {
       ("fnc-seed", "seed of the FNC batches", cxxopts::value(p.fnc_seed)->default_value("0"))
       ("start-sample", "candidates sampled for the starting thresholds (-1: N/64, at most 8192; "
        "0: none; results never change)", cxxopts::value(p.start_sample)->default_value("-1"))
-      ("threads", "threads per rank: libtorch's, and Kokkos's where its host backend is threaded "
-       "(OpenMP)", cxxopts::value(o.threads)->default_value("1"))
+      ("threads", "Kokkos threads per rank where its host backend is threaded (OpenMP); the "
+       "GEMM runs on one BLAS thread", cxxopts::value(o.threads)->default_value("1"))
       ("watchdog-s", "abort the job (exit 4) when a rank reports no progress for this many "
        "seconds (<= 0: off)", cxxopts::value(watchdog_s)->default_value("1800"));
     // clang-format on

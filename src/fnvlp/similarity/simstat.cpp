@@ -1,7 +1,8 @@
 #include "fnvlp/similarity/simstat.hpp"
 
+#include <cblas.h>
+#include <dlfcn.h>
 #include <spdlog/spdlog.h>
-#include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
@@ -167,6 +168,36 @@ std::vector<float> start_thresholds(int64_t rows, const SampleSims& sims_of,
 
 }  // namespace
 
+namespace {
+
+// OpenBLAS divides one GEMM among its threads in a way that changes the last bits of some products
+// (fnvlp-simstat, N = 16,384, D = 256: 845 FNC thresholds and 3 exact counts differed between
+// OPENBLAS_NUM_THREADS=1 and 2, and so between nodes with different core counts when the variable
+// is unset). simstat's GEMMs therefore run on one OpenBLAS thread each; the caller's thread count
+// comes back after (pretraining calls exact_thresholds mid-run). Other BLAS libraries: unchanged.
+class OneBlasThread {
+ public:
+  OneBlasThread() {
+    if (get_ && set_ && (previous_ = get_()) > 1) set_(1);
+  }
+  ~OneBlasThread() {
+    if (previous_ > 1) set_(previous_);
+  }
+  OneBlasThread(const OneBlasThread&) = delete;
+  OneBlasThread& operator=(const OneBlasThread&) = delete;
+
+ private:
+  using Get = int (*)();
+  using Set = void (*)(int);
+  static inline const Get get_ =
+      reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  static inline const Set set_ =
+      reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  int previous_ = 0;
+};
+
+}  // namespace
+
 int64_t start_sample_size(const Params& p, int64_t n) {
   if (p.start_sample >= 0) return std::min(p.start_sample, n);
   return n / 64 >= 256 ? std::min<int64_t>(n / 64, 8192) : 0;
@@ -174,6 +205,7 @@ int64_t start_sample_size(const Params& p, int64_t n) {
 
 void similarity_blocks(const float* a, int64_t rows, const float* c, int64_t cols, int64_t dim,
                        const BlockFn& fn, int64_t row_base, int64_t col_base) {
+  const OneBlasThread one_thread;
   // Scratch of the fixed GEMM shape; thread_local so concurrent callers never share it.
   thread_local std::vector<float> pa, pc, ps;
   pa.resize(static_cast<size_t>(kGemmRows * dim));
@@ -192,7 +224,6 @@ void similarity_blocks(const float* a, int64_t rows, const float* c, int64_t col
   for (int64_t rb = row_base / kGemmRows * kGemmRows; rb < row_end; rb += kGemmRows) {
     const int64_t lo = std::max(rb, row_base), hi = std::min(rb + kGemmRows, row_end);
     const float* ablk = place(a, row_base, rb, lo, hi, kGemmRows, pa);
-    const torch::Tensor at = torch::from_blob(const_cast<float*>(ablk), {kGemmRows, dim});
     // Fold groups of kFoldCols aligned columns; only the first and last can be partial.
     for (int64_t fb = col_base / kGemmCols * kGemmCols; fb < col_end; fb += kFoldCols) {
       const int64_t f_lo = std::max(fb, col_base), f_hi = std::min(fb + kFoldCols, col_end);
@@ -201,9 +232,10 @@ void similarity_blocks(const float* a, int64_t rows, const float* c, int64_t col
                                   std::min(cb + kGemmCols, col_end), kGemmCols, pc);
         // Block g of the group, contiguous: a BLAS with a wider leading dimension than the block
         // zeroes it (beta = 0) with a strided loop, several times slower than memset.
-        torch::Tensor out = torch::from_blob(
-            ps.data() + (cb - fb) / kGemmCols * kGemmRows * kGemmCols, {kGemmRows, kGemmCols});
-        torch::mm_out(out, at, torch::from_blob(const_cast<float*>(cblk), {kGemmCols, dim}).t());
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kGemmRows, kGemmCols,
+                    static_cast<int>(dim), 1.0f, ablk, static_cast<int>(dim), cblk,
+                    static_cast<int>(dim), 0.0f,
+                    ps.data() + (cb - fb) / kGemmCols * kGemmRows * kGemmCols, kGemmCols);
       }
       fn(lo - row_base, hi - lo, f_lo - col_base, f_hi - f_lo, ps.data() + (lo - rb) * kGemmCols,
          f_lo - fb);
@@ -813,7 +845,6 @@ ExactThresholds exact_thresholds(const std::string& embeddings, int64_t row0, in
 nlohmann::json run_simstat(const Comm& comm, const JobOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   FNVLP_CHECK(!opt.embeddings.empty() && !opt.out.empty(), "--embeddings and --out are required");
-  torch::set_num_threads(std::max(1, opt.threads));
   std::unique_ptr<data::EmbeddingsFile> file, lam_file;
   std::string lambda_source;
   comm.collective([&] {

@@ -148,7 +148,7 @@ ExactThresholds exact_thresholds(const std::string& embeddings, int64_t row0, in
 struct JobOptions {
   std::string embeddings, out, lambda_from, json;
   Params params;
-  int threads = 1;  // libtorch intra-op threads per rank (and Kokkos's: simstat_main)
+  int threads = 1;  // a threaded Kokkos host backend's threads per rank (simstat_main)
 };
 
 // Resolves --lambda-from: a FILE.h5, or a run directory (its newest embeddings/epoch-*.h5).

@@ -14,6 +14,7 @@
 #include <limits>
 #include <random>
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include "fnvlp/data/embeddings.hpp"
@@ -589,6 +590,38 @@ TEST_F(Simstat, SimilarityBlocksFixAPairsPlace) {
           double(a[static_cast<size_t>(i * dim + k)]) * double(c[static_cast<size_t>(j * dim + k)]);
     EXPECT_NEAR(full[static_cast<size_t>(i * cols + j)], d, 1e-4);
   }
+}
+
+// OpenBLAS splits a GEMM among its threads so that some products get other bits, which made
+// fnvlp-simstat's results depend on OPENBLAS_NUM_THREADS (and so, unset, on the node's cores).
+// similarity_blocks multiplies on one OpenBLAS thread whatever the caller set, and gives the
+// caller's count back.
+TEST_F(Simstat, SimilaritiesDoNotDependOnTheBlasThreads) {
+  using Get = int (*)();
+  using Set = void (*)(int);
+  const auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  const auto set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (!get || !set) GTEST_SKIP() << "SKIPPED: the BLAS of this process is not OpenBLAS";
+  const int64_t rows = 2048, cols = 2048, dim = 256;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g;
+  std::vector<float> a(static_cast<size_t>(rows * dim)), c(static_cast<size_t>(cols * dim));
+  for (auto& v : a) v = g(rng);
+  for (auto& v : c) v = g(rng);
+  const int before = get();
+  std::vector<std::vector<float>> out;
+  int threads = 0;
+  for (const int t : {1, 2}) {
+    set(t);
+    threads = get();
+    out.emplace_back(static_cast<size_t>(rows * cols));
+    similarity::similarity_tile(a.data(), rows, c.data(), cols, dim, out.back().data());
+    EXPECT_EQ(get(), threads) << "the caller's OpenBLAS threads come back";
+  }
+  set(before);
+  if (threads < 2) GTEST_SKIP() << "SKIPPED: OpenBLAS runs one thread here (one core)";
+  EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0)
+      << "similarities with other bits on 2 OpenBLAS threads than on 1";
 }
 
 TEST_F(Simstat, SelectKthLargestLayout) {
