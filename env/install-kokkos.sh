@@ -26,7 +26,8 @@ case $backend in
     # Kokkos 3.4 compiles CUDA through its nvcc_wrapper (patched to sm_80: nvcc 13 has no sm_35).
     args=(-DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON -DKokkos_ARCH_AMPERE80=ON
       -DCMAKE_CXX_COMPILER=@SRC@/bin/nvcc_wrapper)
-    export PATH="$(dirname "$nvcc"):$PATH"
+    PATH="$(dirname "$nvcc"):$PATH"
+    export PATH
     ;;
   *) echo "install-kokkos: unknown backend '$backend' (openmp or cuda)" >&2; exit 2 ;;
 esac
