@@ -2,11 +2,20 @@
 # Configures and builds fnvlp into ${FNVLP_BUILD_DIR:-build} (Ninja, ccache when present).
 # FNVLP_GPU=1: the GPU build (CUDA + NCCL) into ${FNVLP_BUILD_DIR:-build-gpu}, against the CUDA
 # libtorch that env/install-gpu.sh installs, or the one Torch_DIR names (a cluster's own).
+# FNVLP_KOKKOS=openmp|cuda: simstat's kernels on a Kokkos with that backend (env/install-kokkos.sh;
+# cuda needs FNVLP_GPU=1) rather than Debian's Serial one, into ${FNVLP_BUILD_DIR:-...-kokkos-KIND};
+# a cluster's own Kokkos: Kokkos_DIR in FNVLP_CMAKE_ARGS instead.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 gpu_args=()
+kokkos_args=()
+suffix=""
+if [ -n "${FNVLP_KOKKOS:-}" ]; then
+  kokkos_args=(-DKokkos_DIR="$(bash "$root/env/install-kokkos.sh" "$FNVLP_KOKKOS" | tail -n 1)")
+  suffix=-kokkos-$FNVLP_KOKKOS
+fi
 if [ "${FNVLP_GPU:-0}" = 1 ]; then
-  build=${FNVLP_BUILD_DIR:-$root/build-gpu}
+  build=${FNVLP_BUILD_DIR:-$root/build-gpu$suffix}
   torch_dir=${Torch_DIR:-$(bash "$root/env/install-gpu.sh" | tail -n 1)}
   # The libtorch's own prefix first: Torch's and Caffe2's configs look for their libraries and
   # configs under the prefix path before their own directory, and would take Debian's from /usr.
@@ -16,7 +25,7 @@ if [ "${FNVLP_GPU:-0}" = 1 ]; then
   # ccache with the precompiled torch/torch.h (FNVLP_PCH) of this build.
   export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 else
-  build=${FNVLP_BUILD_DIR:-$root/build}
+  build=${FNVLP_BUILD_DIR:-$root/build$suffix}
 fi
 jobs=${FNVLP_JOBS:-$(nproc)}
 # ccache hashes the paths under the source root relative to it, so a clone at another path on the
@@ -25,5 +34,6 @@ export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 # FNVLP_CMAKE_ARGS holds several options: word splitting is intended.
 # shellcheck disable=SC2086
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${FNVLP_BUILD_TYPE:-Release}" \
-  ${FNVLP_SHARED_DIR:+-DFNVLP_SHARED_DIR="$FNVLP_SHARED_DIR"} "${gpu_args[@]}" ${FNVLP_CMAKE_ARGS:-}
+  ${FNVLP_SHARED_DIR:+-DFNVLP_SHARED_DIR="$FNVLP_SHARED_DIR"} "${gpu_args[@]}" "${kokkos_args[@]}" \
+  ${FNVLP_CMAKE_ARGS:-}
 cmake --build "$build" -j "$jobs"

@@ -20,6 +20,20 @@ if [ "${FNVLP_SKIP_GPU_BUILD:-0}" != 1 ]; then
     ctest --output-on-failure -j "$(nproc)" --timeout 900 -L gpu &&
     ctest --output-on-failure --timeout 900 -R '^comm\.np2$')
 fi
+# simstat against a Kokkos with another backend (env/install-kokkos.sh; label kokkos): OpenMP, its
+# kernels on 2 threads per rank; with the GPU configuration, CUDA: the Kokkos sources compiled by
+# nvcc (the device path checked by the compiler), their tests Skipped without a GPU, the named
+# failure without one checked. Builds in seconds past the legs above (the rest hits ccache).
+if [ "${FNVLP_SKIP_KOKKOS:-0}" != 1 ]; then
+  omp_build=${FNVLP_KOKKOS_BUILD_DIR:-$root/build-kokkos-openmp}
+  FNVLP_KOKKOS=openmp FNVLP_BUILD_DIR="$omp_build" bash "$root/env/build.sh"
+  (cd "$omp_build" && ctest --output-on-failure --timeout 900 -L kokkos)
+  if [ "${FNVLP_SKIP_GPU_BUILD:-0}" != 1 ]; then
+    cuda_build=${FNVLP_KOKKOS_CUDA_BUILD_DIR:-$root/build-gpu-kokkos-cuda}
+    FNVLP_GPU=1 FNVLP_KOKKOS=cuda FNVLP_BUILD_DIR="$cuda_build" bash "$root/env/build.sh"
+    (cd "$cuda_build" && ctest --output-on-failure --timeout 900 -L kokkos)
+  fi
+fi
 # The libFuzzer targets: a clang build of their own, each a fixed, reproducible run over its corpus
 # (seed 1, a set number of inputs, about 30 s each; label fuzz).
 if [ "${FNVLP_SKIP_FUZZ:-0}" != 1 ]; then

@@ -12,7 +12,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 serial=${1:?usage: bench_simstat_backends.sh SERIAL_BUILD OPENMP_BUILD}
 openmp=${2:?usage: bench_simstat_backends.sh SERIAL_BUILD OPENMP_BUILD}
 N=${N:-32768} D=${D:-256} ALPHA=${ALPHA:-0.01} REPEAT=${REPEAT:-2}
-T=${THREADS:-$(nproc)}
+T=${THREADS:-$(nproc --all)}
 work=${WORK:-${TMPDIR:-/tmp}/fnvlp_bench_simstat_backends}
 mkdir -p "$work"
 source "$root/env/mpi-env.sh" 2>/dev/null || true

@@ -3,7 +3,8 @@
 # machine without Debian packages needs to run the gpu checks and the GPU benchmark against its
 # own PyTorch 2.11 (the version env/install-gpu.sh pins, so the GPU build's programs link there):
 # the GPU build's programs, the golden step's reference, the vocabulary and env/device-prefix.sh's
-# runtime prefix.
+# runtime prefix; with a build against Kokkos on CUDA (KOKKOS_BUILD, default build-gpu-kokkos-cuda
+# where it exists: FNVLP_GPU=1 FNVLP_KOKKOS=cuda env/build.sh), simstat's programs of that build.
 # Usage: tests/gpu/device_pack.sh [BUILD_DIR (build-gpu)] [DIR]   Then: tests/gpu/device_run.sh DIR
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -12,12 +13,30 @@ dir=${2:-$root/.device}
 rm -rf "$dir/build"
 mkdir -p "$dir/build/jobs" "$dir/build/data_prep" "$dir/build/tests/golden" "$dir/build/tests/mpi"
 progs=("$build"/jobs/fnvlp-pretrain "$build"/data_prep/fnvlp-synth "$build"/data_prep/fnvlp-shard
-  "$build"/tests/golden/fnvlp_golden_tests "$build"/tests/mpi/fnvlp_nccl_tests)
+  "$build"/tests/golden/fnvlp_golden_tests "$build"/tests/mpi/fnvlp_nccl_tests
+  "$build"/analysis/fnvlp-simstat)
+mkdir -p "$dir/build/analysis"
 for p in "${progs[@]}"; do
   rel=${p#"$build"/}
   cp "$p" "$dir/build/$rel"
   strip --strip-debug "$dir/build/$rel"
 done
+kokkos=${KOKKOS_BUILD:-$root/build-gpu-kokkos-cuda}
+if [ -d "$kokkos" ]; then
+  cmake --build "$kokkos" --target fnvlp_unit_tests fnvlp_simstat_mpi_tests fnvlp-simstat bench_simstat
+  # Compressed: their GPU code (sm_80, sm_90 and PTX) would take a third of the 64 MiB a call carries.
+  stage=$(mktemp -d)
+  for p in tests/fnvlp_unit_tests tests/mpi/fnvlp_simstat_mpi_tests analysis/fnvlp-simstat \
+    tests/bench/bench_simstat; do
+    cp "$kokkos/$p" "$stage/"
+    strip --strip-debug "$stage/$(basename "$p")"
+    progs+=("$kokkos/$p")
+  done
+  tar -cJf "$dir/kokkos.tar.xz" -C "$stage" .
+  rm -rf "$stage"
+else
+  rm -f "$dir/kokkos.tar.xz"
+fi
 # The golden step's reference (the device has no python3-torch 1.13 to make it).
 [ -s "$build/tests/golden/tiny_step.h5" ] ||
   /usr/bin/python3 "$root/tests/golden/make_golden.py" --out "$build/tests/golden/tiny_step.h5"

@@ -4,6 +4,8 @@
 #   checks: the gpu ctest cases (golden step, equivalence, shared GPU, bf16, kill + resume, NCCL,
 #           profile)
 #   bench:  tests/bench/gpu_pretrain.sh
+#   kokkos: simstat on the GPU (the programs of a build against Kokkos on CUDA): its tests against
+#           the host, the named failure without a visible GPU, tests/bench/bench_simstat_device.sh
 # Results go to $OUT (gpu_checks.log, results.jsonl, ...). Usage: device_run.sh DIR PART...
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -58,6 +60,17 @@ for part in "$@"; do
     done
     ;;
   bench) OUT=$out bash "$root/tests/bench/gpu_pretrain.sh" "$bin" "$dir/vocab.txt" "$out" ;;
+  kokkos)
+    kb=/tmp/fnvlp-kokkos
+    mkdir -p "$kb" && tar -xJf "$dir/kokkos.tar.xz" -C "$kb"
+    check kokkos_unit bash "$root/tests/env/kokkos_backend.sh" "$kb/fnvlp_unit_tests" \
+      --gtest_filter='Simstat.*'
+    check kokkos_mpi_np2 bash "$root/tests/env/kokkos_backend.sh" mpirun --oversubscribe -np 2 \
+      "$kb/fnvlp_simstat_mpi_tests"
+    check kokkos_no_device bash "$root/tests/env/kokkos_no_device.sh" "$kb/fnvlp-simstat"
+    check kokkos_bench bash "$root/tests/bench/bench_simstat_device.sh" "$bin/analysis/fnvlp-simstat" \
+      "$kb/fnvlp-simstat" "$kb/bench_simstat"
+    ;;
   *) echo "unknown part $part" ;;
   esac
 done

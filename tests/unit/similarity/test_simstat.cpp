@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <iterator>
 #include <limits>
 #include <random>
+#include <type_traits>
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -622,6 +624,15 @@ TEST_F(Simstat, SimilaritiesDoNotDependOnTheBlasThreads) {
   if (threads < 2) GTEST_SKIP() << "SKIPPED: OpenBLAS runs one thread here (one core)";
   EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0)
       << "similarities with other bits on 2 OpenBLAS threads than on 1";
+}
+
+// KokkosEnv asks for Kokkos's own thread count: OMP_NUM_THREADS on a threaded host backend (the
+// kokkos label runs these tests on 2 OpenMP threads), one on Serial.
+TEST_F(Simstat, KokkosRunsTheThreadsOfOmpNumThreads) {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  const bool serial = std::is_same_v<similarity::HostSpace, Kokkos::Serial>;
+  if (!serial && !env) GTEST_SKIP() << "SKIPPED: OMP_NUM_THREADS unset";
+  EXPECT_EQ(similarity::HostSpace().concurrency(), serial ? 1 : std::atoi(env));
 }
 
 TEST_F(Simstat, SelectKthLargestLayout) {
