@@ -206,10 +206,11 @@ int64_t start_sample_size(const Params& p, int64_t n) {
 void similarity_blocks(const float* a, int64_t rows, const float* c, int64_t cols, int64_t dim,
                        const BlockFn& fn, int64_t row_base, int64_t col_base) {
   const OneBlasThread one_thread;
+  constexpr int64_t kGroup = kFoldCols / kGemmCols;  // GEMM blocks per fold group
   // Scratch of the fixed GEMM shape; thread_local so concurrent callers never share it.
-  thread_local std::vector<float> pa, pc, ps;
+  thread_local std::vector<float> pa, pc[kGroup], ps;
   pa.resize(static_cast<size_t>(kGemmRows * dim));
-  pc.resize(static_cast<size_t>(kGemmCols * dim));
+  for (auto& v : pc) v.resize(static_cast<size_t>(kGemmCols * dim));
   ps.resize(static_cast<size_t>(kGemmRows * kFoldCols));
   // Rows [lo, hi) of src (global indices; src holds [base, ...)) at their places in the aligned
   // block [blk, blk + full): in place when they fill it, else copied into zero-padded scratch.
@@ -220,6 +221,9 @@ void similarity_blocks(const float* a, int64_t rows, const float* c, int64_t col
     std::copy(src + (lo - base) * dim, src + (hi - base) * dim, pad.begin() + (lo - blk) * dim);
     return static_cast<const float*>(pad.data());
   };
+  // A threaded host backend (OpenMP) runs a group's GEMMs side by side, each on one BLAS thread:
+  // every block keeps its bits (one call, one shape, whichever thread makes it).
+  const bool side_by_side = Kokkos::is_initialized() && HostSpace().concurrency() > 1;
   const int64_t row_end = row_base + rows, col_end = col_base + cols;
   for (int64_t rb = row_base / kGemmRows * kGemmRows; rb < row_end; rb += kGemmRows) {
     const int64_t lo = std::max(rb, row_base), hi = std::min(rb + kGemmRows, row_end);
@@ -227,16 +231,27 @@ void similarity_blocks(const float* a, int64_t rows, const float* c, int64_t col
     // Fold groups of kFoldCols aligned columns; only the first and last can be partial.
     for (int64_t fb = col_base / kGemmCols * kGemmCols; fb < col_end; fb += kFoldCols) {
       const int64_t f_lo = std::max(fb, col_base), f_hi = std::min(fb + kFoldCols, col_end);
-      for (int64_t cb = fb; cb < f_hi; cb += kGemmCols) {
-        const float* cblk = place(c, col_base, cb, std::max(cb, col_base),
-                                  std::min(cb + kGemmCols, col_end), kGemmCols, pc);
-        // Block g of the group, contiguous: a BLAS with a wider leading dimension than the block
-        // zeroes it (beta = 0) with a strided loop, several times slower than memset.
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kGemmRows, kGemmCols,
-                    static_cast<int>(dim), 1.0f, ablk, static_cast<int>(dim), cblk,
-                    static_cast<int>(dim), 0.0f,
-                    ps.data() + (cb - fb) / kGemmCols * kGemmRows * kGemmCols, kGemmCols);
+      const int64_t blocks = (f_hi - fb + kGemmCols - 1) / kGemmCols;
+      const float* cblk[kGroup];
+      for (int64_t g = 0; g < blocks; ++g) {
+        const int64_t cb = fb + g * kGemmCols;
+        cblk[g] = place(c, col_base, cb, std::max(cb, col_base), std::min(cb + kGemmCols, col_end),
+                        kGemmCols, pc[g]);
       }
+      // Block g of the group, contiguous: a BLAS with a wider leading dimension than the block
+      // zeroes it (beta = 0) with a strided loop, several times slower than memset. The lambda
+      // sees the scratch through a plain pointer: on another thread `ps` names that thread's own.
+      float* const sims = ps.data();
+      const auto gemm = [&, sims](int64_t g) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kGemmRows, kGemmCols,
+                    static_cast<int>(dim), 1.0f, ablk, static_cast<int>(dim), cblk[g],
+                    static_cast<int>(dim), 0.0f, sims + g * kGemmRows * kGemmCols, kGemmCols);
+      };
+      if (side_by_side && blocks > 1)
+        Kokkos::parallel_for("fnvlp::similarity::gemm_blocks",
+                             Kokkos::RangePolicy<HostSpace>(0, blocks), gemm);
+      else
+        for (int64_t g = 0; g < blocks; ++g) gemm(g);
       fn(lo - row_base, hi - lo, f_lo - col_base, f_hi - f_lo, ps.data() + (lo - rb) * kGemmCols,
          f_lo - fb);
     }
