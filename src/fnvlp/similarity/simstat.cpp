@@ -166,15 +166,11 @@ std::vector<float> start_thresholds(int64_t rows, const SampleSims& sims_of,
   return tau0;
 }
 
-}  // namespace
-
-namespace {
-
-// OpenBLAS divides one GEMM among its threads in a way that changes the last bits of some products
-// (fnvlp-simstat, N = 16,384, D = 256: 845 FNC thresholds and 3 exact counts differed between
-// OPENBLAS_NUM_THREADS=1 and 2, and so between nodes with different core counts when the variable
-// is unset). simstat's GEMMs therefore run on one OpenBLAS thread each; the caller's thread count
-// comes back after (pretraining calls exact_thresholds mid-run). Other BLAS libraries: unchanged.
+// OpenBLAS divides one GEMM among its threads in a way that changes the last bits of some products,
+// and so thresholds and counts, with OPENBLAS_NUM_THREADS (unset: the node's cores; measured in
+// tests/bench/README.md). simstat's GEMMs run on one OpenBLAS thread each; the caller's thread
+// count comes back after (pretraining calls exact_thresholds mid-run). Other BLAS libraries:
+// unchanged.
 class OneBlasThread {
  public:
   OneBlasThread() {

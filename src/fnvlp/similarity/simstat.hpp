@@ -48,7 +48,7 @@ struct Params {
   double start_sigmas = 7.0;
   // Run the generic path that a device build takes (similarities from a Kokkos kernel accumulated
   // in double, the portable chunk test: kernels.hpp) even where the execution space is the host.
-  // For tests; a device build takes it whatever this says.
+  // For tests; on a device it is the only path.
   bool generic_path = false;
   // Run on the host execution space even where the default one is a device: the host's results,
   // which a device's are checked against. No effect in a host build.

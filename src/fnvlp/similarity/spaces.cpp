@@ -31,7 +31,7 @@ bool device_available() { return !kDeviceBuild || device_count() > 0; }
 KokkosRuntime::KokkosRuntime(int threads) {
   if (Kokkos::is_initialized()) return;
   const int devices = device_count();
-  // Kokkos aborts the process when its device backend finds no device: a named error instead.
+  // Without a device, Kokkos's device backend fails deep inside initialize: a named error first.
   FNVLP_CHECK(!kDeviceBuild || devices > 0,
               "this build's Kokkos runs on " << DeviceSpace::name()
                                              << " and no device is visible (run it on a GPU node, "
