@@ -31,14 +31,7 @@ class KokkosEnv : public ::testing::Environment {
 };
 [[maybe_unused]] auto* const kokkos_env = ::testing::AddGlobalTestEnvironment(new KokkosEnv);
 
-class SimstatMpi : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!similarity::device_available())
-      GTEST_SKIP() << "SKIPPED: this build's Kokkos runs on " << similarity::DeviceSpace::name()
-                   << " and no device is visible";
-  }
-};
+class SimstatMpi : public test::NeedsKokkosDevice {};
 
 fs::path work_dir(const Comm& comm, const std::string& name) {
   const fs::path d = fs::path(FNVLP_BINARY_DIR) / "tests" / "mpi" /

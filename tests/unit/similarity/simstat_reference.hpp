@@ -1,6 +1,7 @@
 #pragma once
 // Test inputs and a brute-force reference for fnvlp-simstat: the full similarity matrix, every
 // row fully sorted. Shared by the unit tests and the MPI tests.
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -13,8 +14,20 @@
 #include "fnvlp/data/embeddings.hpp"
 #include "fnvlp/similarity/kernels.hpp"
 #include "fnvlp/similarity/simstat.hpp"
+#include "fnvlp/similarity/spaces.hpp"
 
 namespace fnvlp::test {
+
+// Where Kokkos runs on a device (FNVLP_KOKKOS=cuda) simstat's tests need one: without it each
+// says why.
+class NeedsKokkosDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!similarity::device_available())
+      GTEST_SKIP() << "SKIPPED: this build's Kokkos runs on " << similarity::DeviceSpace::name()
+                   << " and no device is visible";
+  }
+};
 
 // Random unit vectors, or (adversarial) vectors with entries in {-2..2}/4 so that many dot
 // products tie exactly, duplicated rows, one huge image group (anchors with few negatives) and

@@ -42,15 +42,7 @@ class KokkosEnv : public ::testing::Environment {
 };
 [[maybe_unused]] auto* const kokkos_env = ::testing::AddGlobalTestEnvironment(new KokkosEnv);
 
-// Where Kokkos runs on a device (FNVLP_KOKKOS=cuda) the tests need one: without it each says why.
-class Simstat : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!similarity::device_available())
-      GTEST_SKIP() << "SKIPPED: this build's Kokkos runs on " << similarity::DeviceSpace::name()
-                   << " and no device is visible";
-  }
-};
+class Simstat : public test::NeedsKokkosDevice {};
 
 struct Case {
   data::Embeddings e;
