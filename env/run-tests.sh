@@ -23,7 +23,7 @@ fi
 # simstat against a Kokkos with another backend (env/install-kokkos.sh; label kokkos): OpenMP, its
 # kernels on 2 threads per rank; with the GPU configuration, CUDA: the Kokkos sources compiled by
 # nvcc (the device path checked by the compiler), their tests Skipped without a GPU, the named
-# failure without one checked. Past the legs above (ccache), about 1 and 8 minutes here: the CUDA
+# failure without one checked. Past the legs above (ccache), about 1 and 4-8 minutes here: the CUDA
 # one compiles its nvcc sources and those under its own precompiled torch header again.
 if [ "${FNVLP_SKIP_KOKKOS:-0}" != 1 ]; then
   omp_build=${FNVLP_KOKKOS_BUILD_DIR:-$root/build-kokkos-openmp}
