@@ -10,6 +10,7 @@
 # backends and installs them under ${FNVLP_KOKKOS_PREFIX:-~/.cache/fnvlp/kokkos}/3.4.01-BACKEND.
 # CUDA 13 needs env/kokkos/3.4.01-cuda13.patch (see there). A cluster user points Kokkos_DIR at the
 # cluster's Kokkos instead. Prints the install's Kokkos CMake directory on its last line. Idempotent.
+# Exit 3: the download failed (no network); any other failure is an error of the build.
 set -euo pipefail
 backend=${1:?usage: install-kokkos.sh openmp|cuda}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,7 +40,8 @@ if [ ! -f "$config/KokkosConfig.cmake" ] || [ ! -f "$prefix/.fnvlp-complete" ]; 
   mkdir -p "$base"
   if ! echo "$sha256  $sdist" | sha256sum -c --status 2>/dev/null; then
     echo "install-kokkos: downloading Kokkos $version (pykokkos-base 0.0.7 sdist, 3.5 MB) from PyPI" >&2
-    curl -fsSL --retry 3 -o "$sdist.part" "$url"
+    curl -fsSL --retry 3 -o "$sdist.part" "$url" ||
+      { echo "install-kokkos: cannot download $url" >&2; exit 3; }
     echo "$sha256  $sdist.part" | sha256sum -c --status ||
       { echo "install-kokkos: $url: sha256 differs from $sha256" >&2; exit 1; }
     mv "$sdist.part" "$sdist"
