@@ -26,14 +26,14 @@ echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD) $(nproc --all) cores, l
 
 declare -A seconds
 run() {  # run LABEL BUILD RANKS THREADS
-  local label=$1 build=$2 ranks=$3 threads=$4 best="" s
+  local label=$1 build=$2 ranks=$3 threads=$4 times=() best
   for _ in $(seq "$REPEAT"); do
     rm -rf "${work:?}/$label"
     OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads mpirun --oversubscribe --bind-to none -np "$ranks" \
       "$build/analysis/fnvlp-simstat" --embeddings "$emb" --out "$work/$label" --alpha "$ALPHA" \
       --threads "$threads" --json "$work/$label.json" >"$work/$label.log" 2>&1 ||
       { tail -n 20 "$work/$label.log" >&2; exit 1; }
-    s=$(python3 - "$work/$label.json" "$threads" "${label%%-*}" <<'PY'
+    times+=("$(python3 - "$work/$label.json" "$threads" "${label%%-*}" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 space = {"serial": "Serial", "openmp": "OpenMP"}[sys.argv[3]]
@@ -42,9 +42,9 @@ if j["kokkos_space"] != space or j["kokkos_concurrency"] != want:
     sys.exit(f"{sys.argv[1]}: ran on {j['kokkos_space']} x {j['kokkos_concurrency']}, not {space} x {want}")
 print(j["seconds"])
 PY
-)
-    best=$(python3 -c 'import sys; a=sys.argv[1]; print(sys.argv[2] if not a else min(float(a), float(sys.argv[2])))' "$best" "$s")
+)")
   done
+  best=$(printf '%s\n' "${times[@]}" | sort -g | head -n 1)
   printf '%-28s %2d rank(s) x %d thread(s): %8.2f s\n' "$label" "$ranks" "$threads" "$best"
   seconds[$label]=$best
 }

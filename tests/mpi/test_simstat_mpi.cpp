@@ -17,19 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Kokkos for the whole binary (threads of a threaded backend from OMP_NUM_THREADS); where it runs
-// on a device and none is visible, not at all, and every test says why.
-class KokkosEnv : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (similarity::device_available()) rt_ = std::make_unique<similarity::KokkosRuntime>(0);
-  }
-  void TearDown() override { rt_.reset(); }
-
- private:
-  std::unique_ptr<similarity::KokkosRuntime> rt_;
-};
-[[maybe_unused]] auto* const kokkos_env = ::testing::AddGlobalTestEnvironment(new KokkosEnv);
+[[maybe_unused]] auto* const kokkos_env = ::testing::AddGlobalTestEnvironment(new test::KokkosEnv);
 
 class SimstatMpi : public test::NeedsKokkosDevice {};
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -17,6 +18,20 @@
 #include "fnvlp/similarity/spaces.hpp"
 
 namespace fnvlp::test {
+
+// Kokkos for the whole test binary (initialised after MPI in mpi_main, finalised in RUN_ALL_TESTS'
+// teardown, before MPI_Finalize), with a threaded backend's threads from OMP_NUM_THREADS; not at
+// all where it runs on a device and none is visible. Each binary registers one.
+class KokkosEnv : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (similarity::device_available()) rt_ = std::make_unique<similarity::KokkosRuntime>(0);
+  }
+  void TearDown() override { rt_.reset(); }
+
+ private:
+  std::unique_ptr<similarity::KokkosRuntime> rt_;
+};
 
 // Where Kokkos runs on a device (FNVLP_KOKKOS=cuda) simstat's tests need one: without it each
 // says why.

@@ -27,20 +27,7 @@
 namespace fnvlp {
 namespace {
 
-// Kokkos lives for the whole test binary (initialised after MPI in mpi_main, finalised in
-// RUN_ALL_TESTS' teardown, before MPI_Finalize), with a threaded backend's threads from
-// OMP_NUM_THREADS; not at all where it runs on a device and none is visible.
-class KokkosEnv : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (similarity::device_available()) rt_ = std::make_unique<similarity::KokkosRuntime>(0);
-  }
-  void TearDown() override { rt_.reset(); }
-
- private:
-  std::unique_ptr<similarity::KokkosRuntime> rt_;
-};
-[[maybe_unused]] auto* const kokkos_env = ::testing::AddGlobalTestEnvironment(new KokkosEnv);
+[[maybe_unused]] auto* const kokkos_env = ::testing::AddGlobalTestEnvironment(new test::KokkosEnv);
 
 class Simstat : public test::NeedsKokkosDevice {};
 
