@@ -2,9 +2,10 @@
 # Packs into DIR (default <repo>/.device, git-ignored; the device tool carries it) what a lent GPU
 # machine without Debian packages needs to run the gpu checks and the GPU benchmark against its
 # own PyTorch 2.11 (the version env/install-gpu.sh pins, so the GPU build's programs link there):
-# the GPU build's programs, the golden step's reference, the vocabulary and env/device-prefix.sh's
-# runtime prefix; with a build against Kokkos on CUDA (KOKKOS_BUILD, default build-gpu-kokkos-cuda
-# where it exists: FNVLP_GPU=1 FNVLP_KOKKOS=cuda env/build.sh), simstat's programs of that build.
+# the GPU build's programs (the unit tests for their CUDA cases), the golden step's reference, the
+# vocabulary and env/device-prefix.sh's runtime prefix; with a build against Kokkos on CUDA
+# (KOKKOS_BUILD, default build-gpu-kokkos-cuda where it exists: FNVLP_GPU=1 FNVLP_KOKKOS=cuda
+# env/build.sh), simstat's programs of that build.
 # Usage: tests/gpu/device_pack.sh [BUILD_DIR (build-gpu)] [DIR]   Then: tests/gpu/device_run.sh DIR
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -14,7 +15,7 @@ rm -rf "$dir/build"
 mkdir -p "$dir/build/jobs" "$dir/build/data_prep" "$dir/build/tests/golden" "$dir/build/tests/mpi"
 progs=("$build"/jobs/fnvlp-pretrain "$build"/data_prep/fnvlp-synth "$build"/data_prep/fnvlp-shard
   "$build"/tests/golden/fnvlp_golden_tests "$build"/tests/mpi/fnvlp_nccl_tests
-  "$build"/analysis/fnvlp-simstat)
+  "$build"/analysis/fnvlp-simstat "$build"/tests/fnvlp_unit_tests)
 mkdir -p "$dir/build/analysis"
 for p in "${progs[@]}"; do
   rel=${p#"$build"/}

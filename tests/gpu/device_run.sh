@@ -2,7 +2,7 @@
 # On a lent GPU machine (tests/gpu/device_pack.sh made DIR here): unpacks the runtime prefix,
 # points the programs at that machine's PyTorch and CUDA libraries, and runs the named parts:
 #   checks: the gpu ctest cases (golden step, equivalence, shared GPU, bf16, kill + resume, NCCL,
-#           profile)
+#           profile) and the unit tests' CUDA cases (*Cuda*: GPU state against the CPU's)
 #   bench:  tests/bench/gpu_pretrain.sh
 #   kokkos: simstat on the GPU (the programs of a build against Kokkos on CUDA): its tests against
 #           the host, the named failure without a visible GPU, tests/bench/bench_simstat_device.sh
@@ -55,6 +55,7 @@ for part in "$@"; do
     check golden_step env FNVLP_GOLDEN_DEVICE=cuda FNVLP_GOLDEN_FILE="$bin/tests/golden/tiny_step.h5" \
       "$bin/tests/golden/fnvlp_golden_tests"
     check nccl_np1 mpirun --oversubscribe -np 1 "$bin/tests/mpi/fnvlp_nccl_tests"
+    check unit_cuda "$bin/tests/fnvlp_unit_tests" --gtest_filter='*Cuda*'
     for c in equivalence bf16 kill_resume shared_gpu no_cuda profile; do
       check "gpu_$c" bash "$root/tests/gpu/gpu_pretrain.sh" "$c" "$bin" "$dir/vocab.txt" "$root"
     done

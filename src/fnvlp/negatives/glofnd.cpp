@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <unordered_map>
 
 #include "fnvlp/core/device_copy.hpp"
 #include "fnvlp/core/error.hpp"
@@ -11,33 +13,36 @@ namespace fnvlp::negatives {
 namespace {
 
 void check_inputs(const torch::Tensor& cos, const torch::Tensor& negative, size_t rows,
-                  const char* what) {
+                  const torch::Device& device, const char* what) {
   FNVLP_CHECK(
       cos.dim() == 2 && negative.sizes() == cos.sizes() && negative.scalar_type() == torch::kBool,
       what << ": expected cos [b, N] float and negative [b, N] bool, got " << cos.sizes() << " and "
            << negative.sizes());
   FNVLP_CHECK(static_cast<size_t>(cos.size(0)) == rows,
               what << ": " << cos.size(0) << " rows but " << rows << " pair_ids");
+  FNVLP_CHECK(cos.device() == device && negative.device() == device,
+              what << ": similarities on " << cos.device() << ", mask on " << negative.device()
+                   << ", state on " << device);
 }
 
+// lam: float [b] on the masks' device.
 torch::Tensor above_threshold(const torch::Tensor& cos, const torch::Tensor& negative,
-                              const std::vector<float>& lam) {
-  const auto t = to_device_async(torch::tensor(lam, torch::kFloat), cos.device()).unsqueeze(1);
-  return negative & (cos.to(torch::kFloat) > t);
+                              const torch::Tensor& lam) {
+  return negative & (cos.to(torch::kFloat) > lam.unsqueeze(1));
 }
 
 }  // namespace
 
-GlofndSide::GlofndSide(data::PairRange block, const GlofndOptions& opt)
-    : block_(block),
-      opt_(opt),
-      lambda_(static_cast<size_t>(block.size()), static_cast<float>(opt.init)),
-      m_(static_cast<size_t>(block.size()), 0.0f),
-      v_(static_cast<size_t>(block.size()), 0.0f),
-      count_(static_cast<size_t>(block.size()), 0) {
+GlofndSide::GlofndSide(data::PairRange block, const GlofndOptions& opt, torch::Device device)
+    : block_(block), opt_(opt), device_(device) {
   FNVLP_CHECK(opt.alpha >= 0 && opt.alpha <= 1, "glofnd: alpha " << opt.alpha << " not in [0, 1]");
   FNVLP_CHECK(opt.lr > 0, "glofnd: lr must be > 0, got " << opt.lr);
   FNVLP_CHECK(opt.init >= -1 && opt.init <= 1, "glofnd: init " << opt.init << " not in [-1, 1]");
+  const auto f = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  lambda_ = torch::full({block.size()}, static_cast<float>(opt.init), f);
+  m_ = torch::zeros({block.size()}, f);
+  v_ = torch::zeros({block.size()}, f);
+  count_ = torch::zeros({block.size()}, f.dtype(torch::kInt));
 }
 
 int64_t GlofndSide::local(int64_t pair_id) const {
@@ -47,125 +52,187 @@ int64_t GlofndSide::local(int64_t pair_id) const {
   return pair_id - block_.begin;
 }
 
+torch::Tensor GlofndSide::local_index(const std::vector<int64_t>& pair_ids) const {
+  std::vector<int64_t> idx(pair_ids.size());
+  for (size_t r = 0; r < pair_ids.size(); ++r) idx[r] = local(pair_ids[r]);
+  return to_device_async(torch::tensor(idx, torch::kLong), device_);
+}
+
+const torch::Tensor& GlofndSide::bias_table(int64_t visits) {
+  count_bound_ += visits;
+  int64_t need = count_bound_ + 1;
+  if (bias_saturated_ >= 0) need = std::min(need, bias_saturated_ + 1);
+  if (bias_.defined() && bias_.size(0) >= need) return bias_;
+  // Grown geometrically: a new table is one host-to-device copy, not one per step.
+  const int64_t rows = std::max<int64_t>({need, 64, bias_.defined() ? 2 * bias_.size(0) : 0});
+  std::vector<double> host;
+  host.reserve(static_cast<size_t>(2 * rows));
+  for (int64_t t = 0; t < rows; ++t) {
+    // The scalar recurrence's m / (1 − std::pow(β1, t)) and v / (1 − std::pow(β2, t)).
+    const double c1 = 1 - std::pow(opt_.beta1, static_cast<double>(t));
+    const double c2 = 1 - std::pow(opt_.beta2, static_cast<double>(t));
+    host.push_back(c1);
+    host.push_back(c2);
+    if (t > 0 && c1 == 1.0 && c2 == 1.0) {  // β^t only shrinks: 1 from here on
+      bias_saturated_ = t;
+      break;
+    }
+  }
+  const auto n = static_cast<int64_t>(host.size() / 2);
+  bias_ = to_device_async(torch::tensor(host, torch::kDouble).view({n, 2}), device_);
+  return bias_;
+}
+
 torch::Tensor GlofndSide::update_and_filter(const torch::Tensor& cos, const torch::Tensor& negative,
                                             const std::vector<int64_t>& pair_ids) {
-  check_inputs(cos, negative, pair_ids.size(), "glofnd");
-  std::vector<float> lam(pair_ids.size());
-  for (size_t r = 0; r < pair_ids.size(); ++r) lam[r] = lambda_[local(pair_ids[r])];
-  // Both counts in one copy: on a GPU each copy to the host waits for the queued work.
-  const auto counts = torch::stack({above_threshold(cos, negative, lam).sum(1), negative.sum(1)})
-                          .to(torch::kCPU, torch::kLong)
-                          .contiguous();
-  const int64_t* a = counts.data_ptr<int64_t>();
-  const int64_t* n = a + counts.size(1);
-  undo_.clear();
-  for (size_t r = 0; r < pair_ids.size(); ++r) {
-    if (n[r] == 0) continue;  // no negative in the batch: no subgradient sample
-    const size_t i = static_cast<size_t>(local(pair_ids[r]));
-    undo_.push_back({i, lambda_[i], m_[i], v_[i], count_[i]});
-    // ∇̂_i = α − (1/|B_i⁻|) Σ 1[sim > λ_i]   (§3.2.1), then Adam with per-anchor bias correction.
-    const double g = opt_.alpha - static_cast<double>(a[r]) / static_cast<double>(n[r]);
-    const double m = opt_.beta1 * m_[i] + (1 - opt_.beta1) * g;
-    const double v = opt_.beta2 * v_[i] + (1 - opt_.beta2) * g * g;
-    const int32_t t = ++count_[i];
-    const double m_hat = m / (1 - std::pow(opt_.beta1, t));
-    const double v_hat = v / (1 - std::pow(opt_.beta2, t));
-    const double next = lambda_[i] - opt_.lr * m_hat / (std::sqrt(v_hat) + opt_.eps);
-    m_[i] = static_cast<float>(m);
-    v_[i] = static_cast<float>(v);
-    lambda_[i] = static_cast<float>(std::clamp(next, -1.0, 1.0));  // Π_[−1, 1]
-    lam[r] = lambda_[i];
+  check_inputs(cos, negative, pair_ids.size(), device_, "glofnd");
+  torch::NoGradGuard no_grad;
+  // An anchor's k-th row in this call is updated in round k, after its earlier rows.
+  std::vector<int64_t> occurrence(pair_ids.size());
+  int64_t rounds = pair_ids.empty() ? 0 : 1;
+  {
+    std::vector<int64_t> sorted(pair_ids);
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+      std::unordered_map<int64_t, int64_t> seen;
+      for (size_t r = 0; r < pair_ids.size(); ++r) {
+        occurrence[r] = seen[pair_ids[r]]++;
+        rounds = std::max(rounds, occurrence[r] + 1);
+      }
+    }
   }
-  return above_threshold(cos, negative, lam);
+  const torch::Tensor idx = local_index(pair_ids);
+  const torch::Tensor lam0 = lambda_.index_select(0, idx);
+  undo_index_ = idx;
+  undo_lambda_ = lam0;
+  undo_m_ = m_.index_select(0, idx);
+  undo_v_ = v_.index_select(0, idx);
+  undo_count_ = count_.index_select(0, idx);
+
+  // ∇̂_i = α − (1/|B_i⁻|) Σ 1[sim > λ_i]   (§3.2.1), against λ from before the call.
+  const torch::Tensor n = negative.sum(1);
+  const torch::Tensor g =
+      opt_.alpha -
+      above_threshold(cos, negative, lam0).sum(1).to(torch::kDouble) / n.to(torch::kDouble);
+  const torch::Tensor sampled = n > 0;  // no negative in the batch: no subgradient sample
+  const torch::Tensor& bias = bias_table(rounds);
+  last_ = lam0.clone();
+  for (int64_t k = 0; k < rounds; ++k) {
+    torch::Tensor rows;  // undefined: every row
+    if (rounds > 1) {
+      std::vector<int64_t> r_k;
+      for (size_t r = 0; r < occurrence.size(); ++r)
+        if (occurrence[r] == k) r_k.push_back(static_cast<int64_t>(r));
+      rows = to_device_async(torch::tensor(r_k, torch::kLong), device_);
+    }
+    auto pick = [&](const torch::Tensor& t) {
+      return rows.defined() ? t.index_select(0, rows) : t;
+    };
+    const torch::Tensor ids = pick(idx), gk = pick(g), ok = pick(sampled);
+    const torch::Tensor lam = lambda_.index_select(0, ids), m_old = m_.index_select(0, ids),
+                        v_old = v_.index_select(0, ids), c_old = count_.index_select(0, ids);
+    // Adam with per-anchor bias correction, each operation rounded as the scalar
+    //   m = β1 m + (1 − β1) g;  v = β2 v + (1 − β2) g g;  t = count + 1;
+    //   λ = Π_[−1, 1](λ − lr (m / (1 − β1^t)) / (√(v / (1 − β2^t)) + ε))
+    const torch::Tensor m = m_old.to(torch::kDouble) * opt_.beta1 + gk * (1 - opt_.beta1);
+    const torch::Tensor v = v_old.to(torch::kDouble) * opt_.beta2 + gk * (1 - opt_.beta2) * gk;
+    torch::Tensor t = c_old.to(torch::kLong) + 1;
+    if (bias_saturated_ >= 0) t = t.clamp_max(bias_saturated_);
+    const torch::Tensor bc = bias.index_select(0, t);
+    const torch::Tensor m_hat = m / bc.select(1, 0), v_hat = v / bc.select(1, 1);
+    const torch::Tensor next =
+        (lam.to(torch::kDouble) - m_hat * opt_.lr / (v_hat.sqrt() + opt_.eps)).clamp(-1.0, 1.0);
+    const torch::Tensor lam_new = torch::where(ok, next.to(torch::kFloat), lam);
+    lambda_.index_copy_(0, ids, lam_new);
+    m_.index_copy_(0, ids, torch::where(ok, m.to(torch::kFloat), m_old));
+    v_.index_copy_(0, ids, torch::where(ok, v.to(torch::kFloat), v_old));
+    count_.index_copy_(0, ids, torch::where(ok, c_old + 1, c_old));
+    if (rows.defined())
+      last_.index_copy_(0, rows, torch::where(ok, lam_new, lam0.index_select(0, rows)));
+    else
+      last_ = lam_new;  // one round: lam is lam0
+  }
+  return above_threshold(cos, negative, last_);
 }
 
 void GlofndSide::restart_from(const std::vector<float>& lambda) {
-  FNVLP_CHECK(lambda.size() == lambda_.size(),
-              "glofnd: " << lambda.size() << " starting λ for a block of " << lambda_.size());
-  for (size_t i = 0; i < lambda.size(); ++i) {
-    if (!std::isnan(lambda[i])) lambda_[i] = std::clamp(lambda[i], -1.0f, 1.0f);
-    m_[i] = v_[i] = 0.0f;
-    count_[i] = 0;
-  }
-  undo_.clear();
+  FNVLP_CHECK(static_cast<int64_t>(lambda.size()) == block_.size(),
+              "glofnd: " << lambda.size() << " starting λ for a block of " << block_.size());
+  const auto next = to_device_async(torch::tensor(lambda, torch::kFloat), device_);
+  lambda_ = torch::where(torch::isnan(next), lambda_, next.clamp(-1.0f, 1.0f));
+  m_.zero_();
+  v_.zero_();
+  count_.zero_();
+  undo_index_ = torch::Tensor();
 }
 
 void GlofndSide::undo_last_update() {
-  // Newest first: an anchor twice in one update gets its state from before the first.
-  for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) {
-    lambda_[it->i] = it->lambda;
-    m_[it->i] = it->m;
-    v_[it->i] = it->v;
-    count_[it->i] = it->count;
-  }
-  undo_.clear();
+  if (!undo_index_.defined()) return;
+  // Values gathered before the update: an anchor listed twice gets the same values twice.
+  lambda_.index_copy_(0, undo_index_, undo_lambda_);
+  m_.index_copy_(0, undo_index_, undo_m_);
+  v_.index_copy_(0, undo_index_, undo_v_);
+  count_.index_copy_(0, undo_index_, undo_count_);
+  undo_index_ = undo_lambda_ = undo_m_ = undo_v_ = undo_count_ = torch::Tensor();
 }
 
 torch::Tensor GlofndSide::filter(const torch::Tensor& cos, const torch::Tensor& negative,
                                  const std::vector<int64_t>& pair_ids) const {
-  check_inputs(cos, negative, pair_ids.size(), "glofnd");
-  std::vector<float> lam(pair_ids.size());
-  for (size_t r = 0; r < pair_ids.size(); ++r) lam[r] = lambda_[local(pair_ids[r])];
-  return above_threshold(cos, negative, lam);
+  check_inputs(cos, negative, pair_ids.size(), device_, "glofnd");
+  torch::NoGradGuard no_grad;
+  return above_threshold(cos, negative, lambda_.index_select(0, local_index(pair_ids)));
+}
+
+float GlofndSide::lambda(int64_t pair_id) const { return lambda_[local(pair_id)].item<float>(); }
+
+std::vector<float> GlofndSide::lambdas() const {
+  const auto h = lambda_.to(torch::kCPU).contiguous();
+  return {h.data_ptr<float>(), h.data_ptr<float>() + h.numel()};
 }
 
 size_t GlofndSide::state_bytes() const {
-  return lambda_.capacity() * sizeof(float) + m_.capacity() * sizeof(float) +
-         v_.capacity() * sizeof(float) + count_.capacity() * sizeof(int32_t);
+  return lambda_.nbytes() + m_.nbytes() + v_.nbytes() + count_.nbytes();
 }
 
 std::vector<float> GlofndSide::export_rows() const {
-  std::vector<float> rows(lambda_.size() * kCols);
-  for (size_t i = 0; i < lambda_.size(); ++i) {
-    rows[i * kCols + 0] = lambda_[i];
-    rows[i * kCols + 1] = m_[i];
-    rows[i * kCols + 2] = v_[i];
-    rows[i * kCols + 3] = static_cast<float>(count_[i]);  // exact below 2^24 updates per anchor
-  }
-  return rows;
+  // The count as float: exact below 2^24 updates per anchor.
+  const auto h =
+      torch::stack({lambda_, m_, v_, count_.to(torch::kFloat)}, 1).to(torch::kCPU).contiguous();
+  return {h.data_ptr<float>(), h.data_ptr<float>() + h.numel()};
 }
 
 void GlofndSide::import_rows(const std::vector<float>& rows) {
-  FNVLP_CHECK(rows.size() == lambda_.size() * kCols, "glofnd: checkpoint state has "
-                                                         << rows.size() << " values, expected "
-                                                         << lambda_.size() * kCols);
-  for (size_t i = 0; i < lambda_.size(); ++i) {
-    lambda_[i] = rows[i * kCols + 0];
-    m_[i] = rows[i * kCols + 1];
-    v_[i] = rows[i * kCols + 2];
-    count_[i] = static_cast<int32_t>(rows[i * kCols + 3]);
-  }
+  FNVLP_CHECK(static_cast<int64_t>(rows.size()) == block_.size() * kCols,
+              "glofnd: checkpoint state has " << rows.size() << " values, expected "
+                                              << block_.size() * kCols);
+  const auto h = torch::tensor(rows, torch::kFloat).view({block_.size(), kCols});
+  const auto d = h.to(device_);
+  lambda_ = d.select(1, 0).contiguous();
+  m_ = d.select(1, 1).contiguous();
+  v_ = d.select(1, 2).contiguous();
+  count_ = d.select(1, 3).to(torch::kInt).contiguous();
+  count_bound_ = 0;
+  for (size_t i = 3; i < rows.size(); i += kCols)
+    count_bound_ = std::max(count_bound_, static_cast<int64_t>(rows[i]));
+  undo_index_ = torch::Tensor();
 }
 
 torch::Tensor fnc_filter(const torch::Tensor& cos, const torch::Tensor& negative, double alpha) {
   FNVLP_CHECK(alpha >= 0 && alpha <= 1, "fnc: alpha " << alpha << " not in [0, 1]");
-  FNVLP_CHECK(cos.dim() == 2 && negative.sizes() == cos.sizes(),
-              "fnc: expected cos and negative of equal shape [b, N]");
-  // One copy to the host for both (the mask as 0/1 floats).
-  const auto both =
-      torch::stack({cos.to(torch::kFloat), negative.to(torch::kFloat)}).to(torch::kCPU);
-  const auto c = both[0].contiguous();
-  const auto neg = both[1].to(torch::kBool).contiguous();
-  auto out = torch::zeros(cos.sizes(), torch::kBool);
-  const int64_t b = c.size(0), n = c.size(1);
-  const float* cp = c.data_ptr<float>();
-  const bool* np = neg.data_ptr<bool>();
-  bool* op = out.data_ptr<bool>();
-  std::vector<int64_t> cols;
-  for (int64_t r = 0; r < b; ++r) {
-    cols.clear();
-    for (int64_t j = 0; j < n; ++j)
-      if (np[r * n + j]) cols.push_back(j);
-    // k = ⌈α · n_neg⌉ (GloFND §4, FNC baseline); with α > 0 at least one negative goes.
-    const auto k = static_cast<int64_t>(std::ceil(alpha * static_cast<double>(cols.size())));
-    if (k == 0) continue;
-    const float* row = cp + r * n;
-    std::partial_sort(cols.begin(), cols.begin() + k, cols.end(), [&](int64_t x, int64_t y) {
-      return row[x] > row[y] || (row[x] == row[y] && x < y);
-    });
-    for (int64_t i = 0; i < k; ++i) op[r * n + cols[i]] = true;
-  }
-  return to_device_async(out, cos.device());
+  FNVLP_CHECK(cos.dim() == 2 && negative.sizes() == cos.sizes() &&
+                  negative.scalar_type() == torch::kBool && negative.device() == cos.device(),
+              "fnc: expected cos and a bool negative mask of equal shape [b, N], one device");
+  torch::NoGradGuard no_grad;
+  // Each row's negatives by similarity, descending, ties by column (a stable sort); the others
+  // last. + 0 makes −0 and +0 one key, as they are for a comparison.
+  const auto key =
+      torch::where(negative, cos.to(torch::kFloat) + 0.0f, -std::numeric_limits<float>::infinity());
+  const auto order = std::get<1>(key.sort(/*stable=*/true, /*dim=*/1, /*descending=*/true));
+  const auto rank = torch::empty_like(order).scatter_(
+      1, order, torch::arange(cos.size(1), order.options()).expand_as(order));
+  // k = ⌈α · n_neg⌉ (GloFND §4, FNC baseline); with α > 0 at least one negative goes.
+  const auto k = torch::ceil(negative.sum(1).to(torch::kDouble) * alpha).to(torch::kLong);
+  return negative & (rank < k.unsqueeze(1));
 }
 
 torch::Tensor fn_count_tensor(const torch::Tensor& exclude, const torch::Tensor& negative,

@@ -17,6 +17,12 @@
 // update count (an anchor is updated once per epoch, a global step counter would over-correct).
 // The state is saved per global pair_id (store/checkpoint.hpp: save_per_pair), so a run resumes
 // on another rank count by loading the pair_ids of its new block.
+//
+// The state lives on the model's device and a step's update is tensor arithmetic there: nothing
+// is read back to the host per step. The update repeats the scalar recurrence's double-precision
+// operations one by one (each rounded as the scalar code rounds it; the bias corrections
+// 1 − β^t come from a host table of std::pow), so CPU and CUDA give the same λ for the same
+// counts, and the CPU result is the scalar loop's bit for bit (unit test against it).
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -30,15 +36,20 @@ namespace fnvlp::negatives {
 // One side (image anchors or text anchors) of the rank's block.
 class GlofndSide {
  public:
-  GlofndSide(data::PairRange block, const GlofndOptions& opt);
+  GlofndSide(data::PairRange block, const GlofndOptions& opt, torch::Device device = torch::kCPU);
 
   // cos: detached cosine similarities [b, N] of the b local anchors (pair_ids, all inside the
   // block) against the global batch; negative: bool [b, N], true where the column is a negative
-  // of the anchor (not the own pair, not a pair sharing its image_id). Updates λ of the b
-  // anchors by one Adam step (eq. 4 with Adam), then returns the exclusion mask
-  // negative & (cos > λ_updated) [b, N], as the algorithm updates λ before filtering (§3.2).
+  // of the anchor (not the own pair, not a pair sharing its image_id); both on the state's
+  // device. Updates λ of the b anchors by one Adam step (eq. 4 with Adam), then returns the
+  // exclusion mask negative & (cos > λ_updated) [b, N], as the algorithm updates λ before
+  // filtering (§3.2). An anchor listed twice is updated twice, in row order, both times with the
+  // counts against its λ from before the call.
   torch::Tensor update_and_filter(const torch::Tensor& cos, const torch::Tensor& negative,
                                   const std::vector<int64_t>& pair_ids);
+  // λ of each row of the last update_and_filter after that row's update (float [b], the state's
+  // device); rows without a negative keep the λ they had.
+  const torch::Tensor& last_lambdas() const { return last_; }
   // Restores λ, the moments and the counts the last update_and_filter changed (a step skipped
   // for a non-finite loss must not move them); a second call changes nothing.
   void undo_last_update();
@@ -51,9 +62,11 @@ class GlofndSide {
   // moments and update counts restarted: a fresh tracker from that point (exact_init).
   void restart_from(const std::vector<float>& lambda);
 
-  float lambda(int64_t pair_id) const { return lambda_[local(pair_id)]; }
-  const std::vector<float>& lambdas() const { return lambda_; }  // block order
+  // Host copies (each waits for the device): for checkpoints, exports and tests.
+  float lambda(int64_t pair_id) const;
+  std::vector<float> lambdas() const;  // block order
   const data::PairRange& block() const { return block_; }
+  const torch::Device& device() const { return device_; }
   // Bytes of state held (λ, m, v, count), for the memory benchmark.
   size_t state_bytes() const;
 
@@ -64,29 +77,36 @@ class GlofndSide {
 
  private:
   int64_t local(int64_t pair_id) const;
+  torch::Tensor local_index(const std::vector<int64_t>& pair_ids) const;  // on the device
+  // (1 − β1^t, 1 − β2^t) as double [T, 2] on the device for t < T, T > every count after this
+  // call's `visits` more updates (an anchor's count grows by at most one per visit).
+  const torch::Tensor& bias_table(int64_t visits);
+
   data::PairRange block_;
   GlofndOptions opt_;
-  std::vector<float> lambda_, m_, v_;
-  std::vector<int32_t> count_;
-  struct Saved {
-    size_t i;
-    float lambda, m, v;
-    int32_t count;
-  };
-  std::vector<Saved> undo_;  // the anchors of the last update, as they were before it
+  torch::Device device_;
+  torch::Tensor lambda_, m_, v_;  // float [block]
+  torch::Tensor count_;           // int32 [block]
+  torch::Tensor last_;            // see last_lambdas()
+  // The bias table and a bound on every count (host: no read of the device to size it).
+  torch::Tensor bias_;
+  int64_t count_bound_ = 0;
+  int64_t bias_saturated_ = -1;  // t from which both corrections are exactly 1 (-1: not yet)
+  // The last update's anchors (device indices) and their λ, m, v, count before it.
+  torch::Tensor undo_index_, undo_lambda_, undo_m_, undo_v_, undo_count_;
 };
 
 // λ_I and λ_T of the rank's block.
 struct GlofndState {
-  GlofndState(data::PairRange block, const GlofndOptions& opt)
-      : image(block, opt), text(block, opt) {}
+  GlofndState(data::PairRange block, const GlofndOptions& opt, torch::Device device = torch::kCPU)
+      : image(block, opt, device), text(block, opt, device) {}
   GlofndSide image, text;
 };
 
 // FNC baseline (GloFND §4; Huynh et al.): in-batch, per anchor the k = ⌈α·n_neg⌉ most similar
 // negatives (n_neg: the anchor's negatives in the global batch) are false negatives. Returns the
-// exclusion mask [b, N]; ties at the k-th value are broken by column index (torch::topk is not
-// stable across builds, so the selection sorts explicitly).
+// exclusion mask [b, N] on cos's device, computed there; ties at the k-th value are broken by
+// column index (a stable sort: torch::topk's choice among ties is not fixed across builds).
 torch::Tensor fnc_filter(const torch::Tensor& cos, const torch::Tensor& negative, double alpha);
 
 // Precision / recall counts of an exclusion mask against same-label ground truth (labels -1 are

@@ -28,7 +28,7 @@ GlofndMethod::GlofndMethod(const MethodEnv& env, double alpha, int64_t start_epo
     : env_(env),
       start_epoch_(start_epoch),
       opt_(with_alpha(opt, alpha)),
-      state_(env.block(), opt_) {
+      state_(env.block(), opt_, env.device) {
   FNVLP_CHECK(!opt_.exact_init || start_epoch_ >= 1,
               "negatives.glofnd.exact_init needs negatives.start_epoch >= 1 (the exact quantiles "
               "come from the previous epoch's embeddings)");
@@ -51,9 +51,10 @@ void GlofndMethod::epoch_exported(int64_t next_epoch, const std::string& path) {
       [&] { exact = similarity::exact_thresholds(path, b.begin, b.size(), opt_.alpha); });
   std::vector<double> gap(4, 0.0);  // sum |λ − exact| and count, image then text
   auto restart = [&](GlofndSide& side, const std::vector<float>& thr, double* g) {
+    const std::vector<float> lambda = side.lambdas();
     for (size_t i = 0; i < thr.size(); ++i)
       if (!std::isnan(thr[i])) {
-        g[0] += std::abs(static_cast<double>(side.lambdas()[i]) - thr[i]);
+        g[0] += std::abs(static_cast<double>(lambda[i]) - thr[i]);
         g[1] += 1;
       }
     side.restart_from(thr);
@@ -82,23 +83,21 @@ void GlofndMethod::adjust_itc(StepContext& s, loss::ItcInputs& in) {
   const std::vector<int64_t> pids = to_vector(s.host.pair_id);
   in.exclude_i2t = state_.image.update_and_filter(cos.i2t, s.negative, pids);
   in.exclude_t2i = state_.text.update_and_filter(cos.t2i, s.negative, pids);
-  step_anchors_ = pids.size();
-  for (int64_t p : pids) {
-    lambda_image_.push_back(state_.image.lambda(p));
-    lambda_text_.push_back(state_.text.lambda(p));
-  }
+  lambda_image_.push_back(state_.image.last_lambdas());
+  lambda_text_.push_back(state_.text.last_lambdas());
+  step_updated_ = true;
   fn_.record(in.exclude_i2t, in.exclude_t2i, s.negative, s.batch.label, s.label_all);
 }
 
 // The step's λ updates are undone and its λ leave the telemetry window; its filter counts stay
 // (they describe what the filter did in the forward pass that was computed).
-void GlofndMethod::skipped_step(StepContext& s) {
-  if (s.epoch < start_epoch_) return;
+void GlofndMethod::skipped_step(StepContext&) {
+  if (!step_updated_) return;
   state_.image.undo_last_update();
   state_.text.undo_last_update();
-  lambda_image_.resize(lambda_image_.size() - step_anchors_);
-  lambda_text_.resize(lambda_text_.size() - step_anchors_);
-  step_anchors_ = 0;
+  lambda_image_.pop_back();
+  lambda_text_.pop_back();
+  step_updated_ = false;
 }
 
 void GlofndMethod::telemetry(nlohmann::json& m) {
@@ -107,9 +106,14 @@ void GlofndMethod::telemetry(nlohmann::json& m) {
     m.update(restart_);
     restart_ = nlohmann::json();
   }
-  auto stats = [&](std::vector<float>& local, const char* side) {
+  auto stats = [&](std::vector<torch::Tensor>& window, const char* side) {
+    std::vector<float> local;
+    if (!window.empty()) {  // one copy from the device per window
+      const auto h = torch::cat(window).to(torch::kCPU).contiguous();
+      local.assign(h.data_ptr<float>(), h.data_ptr<float>() + h.numel());
+    }
+    window.clear();
     std::vector<float> all = env_.comm.allgatherv(local);
-    local.clear();
     if (all.empty()) return;
     std::sort(all.begin(), all.end());
     double mean = 0;

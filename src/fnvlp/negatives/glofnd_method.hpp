@@ -19,6 +19,7 @@ class GlofndMethod : public Method {
   GlofndMethod(const MethodEnv& env, double alpha, int64_t start_epoch, GlofndOptions opt);
   std::string name() const override { return "glofnd"; }
   void adjust_itc(StepContext& s, loss::ItcInputs& in) override;
+  void after_step(StepContext&) override { step_updated_ = false; }
   void skipped_step(StepContext& s) override;
   void telemetry(nlohmann::json& m) override;
   void save(const std::string& dir) override;
@@ -35,9 +36,10 @@ class GlofndMethod : public Method {
   GlofndOptions opt_;
   GlofndState state_;
   FilterTelemetry fn_;
-  std::vector<float> lambda_image_, lambda_text_;  // λ of the window's anchors after their update
-  size_t step_anchors_ = 0;                        // of them, pushed by the current step
-  nlohmann::json restart_;  // the last exact (re)initialisation, for the next window's metrics
+  // λ of the window's anchors after their update, a tensor per step on the state's device.
+  std::vector<torch::Tensor> lambda_image_, lambda_text_;
+  bool step_updated_ = false;  // the last adjust_itc updated λ (skipped_step undoes it)
+  nlohmann::json restart_;     // the last exact (re)initialisation, for the next window's metrics
 };
 
 }  // namespace fnvlp::negatives

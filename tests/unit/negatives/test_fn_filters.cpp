@@ -3,9 +3,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "fnvlp/comm/comm.hpp"
@@ -139,6 +144,184 @@ TEST(NegativesGlofnd, ExportImportRoundTrip) {
   EXPECT_THROW(b.import_rows(std::vector<float>(5)), Error);
   // O(block) memory: 4 values of 4 bytes per pair.
   EXPECT_EQ(GlofndSide({0, 1000}, opt).state_bytes(), 1000u * 16u);
+}
+
+// The scalar recurrence the device-resident state replaced (GlofndSide until stop 45: λ, m, v
+// and the counts in host vectors, one anchor at a time), kept as the reference that the tensor
+// update must reproduce bit for bit.
+struct ScalarGlofnd {
+  ScalarGlofnd(data::PairRange block, const GlofndOptions& opt)
+      : begin(block.begin),
+        opt(opt),
+        lambda(static_cast<size_t>(block.size()), static_cast<float>(opt.init)),
+        m(lambda.size(), 0.0f),
+        v(lambda.size(), 0.0f),
+        count(lambda.size(), 0) {}
+  // Returns the mask and each row's λ after its update.
+  std::pair<torch::Tensor, std::vector<float>> update(const torch::Tensor& cos,
+                                                      const torch::Tensor& negative,
+                                                      const std::vector<int64_t>& ids) {
+    std::vector<float> lam(ids.size());
+    for (size_t r = 0; r < ids.size(); ++r) lam[r] = lambda[static_cast<size_t>(ids[r] - begin)];
+    const auto t = torch::tensor(lam).unsqueeze(1);
+    const auto a = (negative & (cos > t)).sum(1).contiguous();
+    const auto n = negative.sum(1).contiguous();
+    saved = {lambda, m, v, count};
+    for (size_t r = 0; r < ids.size(); ++r) {
+      const int64_t nr = n[static_cast<int64_t>(r)].item<int64_t>();
+      if (nr == 0) continue;
+      const auto i = static_cast<size_t>(ids[r] - begin);
+      const double g = opt.alpha - static_cast<double>(a[static_cast<int64_t>(r)].item<int64_t>()) /
+                                       static_cast<double>(nr);
+      const double mm = opt.beta1 * m[i] + (1 - opt.beta1) * g;
+      const double vv = opt.beta2 * v[i] + (1 - opt.beta2) * g * g;
+      const int32_t tt = ++count[i];
+      const double m_hat = mm / (1 - std::pow(opt.beta1, tt));
+      const double v_hat = vv / (1 - std::pow(opt.beta2, tt));
+      const double next = lambda[i] - opt.lr * m_hat / (std::sqrt(v_hat) + opt.eps);
+      m[i] = static_cast<float>(mm);
+      v[i] = static_cast<float>(vv);
+      lambda[i] = static_cast<float>(std::clamp(next, -1.0, 1.0));
+      lam[r] = lambda[i];
+    }
+    return {negative & (cos > torch::tensor(lam).unsqueeze(1)), lam};
+  }
+  void undo() { std::tie(lambda, m, v, count) = saved; }
+  std::vector<float> rows() const {
+    std::vector<float> out;
+    for (size_t i = 0; i < lambda.size(); ++i)
+      out.insert(out.end(), {lambda[i], m[i], v[i], static_cast<float>(count[i])});
+    return out;
+  }
+  int64_t begin;
+  GlofndOptions opt;
+  std::vector<float> lambda, m, v;
+  std::vector<int32_t> count;
+  std::tuple<std::vector<float>, std::vector<float>, std::vector<float>, std::vector<int32_t>>
+      saved;
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::vector<float> host_floats(const torch::Tensor& t) {
+  const auto h = t.to(torch::kCPU).contiguous();
+  return {h.data_ptr<float>(), h.data_ptr<float>() + h.numel()};
+}
+
+// Random steps for a block of 8 anchors: anchor 0 in every step (its count passes where both bias
+// corrections round to 1, and the table's growth from 64 rows), repeated anchors, rows without a
+// negative, similarities on a coarse grid (counts at λ's neighbourhood), every 7th step undone.
+struct GlofndSteps {
+  explicit GlofndSteps(uint64_t seed) : gen(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
+  void next(std::vector<int64_t>& ids, torch::Tensor& cos, torch::Tensor& negative) {
+    const int64_t b = 6, n = 10;
+    const auto draw = torch::randint(8, {b - 1}, gen, torch::kLong).contiguous();
+    ids = {100};
+    for (int64_t r = 0; r < b - 1; ++r) ids.push_back(100 + draw[r].item<int64_t>());
+    cos = (torch::randint(-64, 65, {b, n}, gen, torch::kLong).to(torch::kFloat) / 64.0f);
+    negative = torch::rand({b, n}, gen) < 0.7;
+    if (torch::rand({1}, gen).item<float>() < 0.3) negative[b - 1].fill_(false);
+  }
+  at::Generator gen;
+};
+
+TEST(NegativesGlofnd, TensorUpdateIsTheScalarRecurrenceBitwise) {
+  for (const double lr : {0.05, 0.7}) {  // 0.7: λ hits the projection's bounds
+    GlofndOptions opt;
+    opt.alpha = 0.2;
+    opt.lr = lr;
+    opt.beta2 = 0.6;  // 1 − β2^t rounds to 1 from t ≈ 74, 1 − β1^t from t ≈ 356
+    GlofndSide side({100, 108}, opt);
+    ScalarGlofnd ref({100, 108}, opt);
+    GlofndSteps steps(11);
+    for (int step = 0; step < 420; ++step) {
+      std::vector<int64_t> ids;
+      torch::Tensor cos, negative;
+      steps.next(ids, cos, negative);
+      const auto mask = side.update_and_filter(cos, negative, ids);
+      const auto [ref_mask, ref_lam] = ref.update(cos, negative, ids);
+      ASSERT_TRUE(torch::equal(mask, ref_mask)) << "lr " << lr << " step " << step;
+      ASSERT_TRUE(same_bits(host_floats(side.last_lambdas()), ref_lam))
+          << "lr " << lr << " step " << step;
+      ASSERT_TRUE(same_bits(side.export_rows(), ref.rows())) << "lr " << lr << " step " << step;
+      if (step % 7 == 3) {
+        side.undo_last_update();
+        ref.undo();
+        ASSERT_TRUE(same_bits(side.export_rows(), ref.rows())) << "undo at step " << step;
+      }
+    }
+    EXPECT_GT(side.export_rows()[3], 400.0f);  // anchor 0's count
+  }
+}
+
+// On a GPU the same inputs give the CPU's state and masks bit for bit: each update operation is a
+// single IEEE-rounded one on both, the bias corrections come from the same host table.
+TEST(NegativesGlofnd, CudaStateIsTheCpuStateBitwise) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "SKIPPED: no CUDA device visible";
+  GlofndOptions opt;
+  opt.alpha = 0.2;
+  opt.beta2 = 0.6;
+  GlofndSide cpu({100, 108}, opt), gpu({100, 108}, opt, torch::kCUDA);
+  GlofndSteps steps(12);
+  for (int step = 0; step < 420; ++step) {
+    std::vector<int64_t> ids;
+    torch::Tensor cos, negative;
+    steps.next(ids, cos, negative);
+    const auto a = cpu.update_and_filter(cos, negative, ids);
+    const auto b = gpu.update_and_filter(cos.cuda(), negative.cuda(), ids);
+    ASSERT_TRUE(b.is_cuda() && torch::equal(a, b.cpu())) << "step " << step;
+    ASSERT_TRUE(same_bits(cpu.export_rows(), gpu.export_rows())) << "step " << step;
+  }
+}
+
+// FNC as it was computed on the host until stop 45: per row a partial sort of the negatives'
+// columns by similarity, ties by column.
+torch::Tensor scalar_fnc(const torch::Tensor& cos, const torch::Tensor& negative, double alpha) {
+  const auto c = cos.contiguous();
+  const auto neg = negative.contiguous();
+  auto out = torch::zeros(cos.sizes(), torch::kBool);
+  const int64_t b = c.size(0), n = c.size(1);
+  for (int64_t r = 0; r < b; ++r) {
+    const float* row = c.data_ptr<float>() + r * n;
+    std::vector<int64_t> cols;
+    for (int64_t j = 0; j < n; ++j)
+      if (neg.data_ptr<bool>()[r * n + j]) cols.push_back(j);
+    const auto k = static_cast<int64_t>(std::ceil(alpha * static_cast<double>(cols.size())));
+    std::partial_sort(cols.begin(), cols.begin() + k, cols.end(), [&](int64_t x, int64_t y) {
+      return row[x] > row[y] || (row[x] == row[y] && x < y);
+    });
+    for (int64_t i = 0; i < k; ++i) out[r][cols[static_cast<size_t>(i)]] = true;
+  }
+  return out;
+}
+
+// Similarities on a grid of 1/8 (ties everywhere), both zeros, rows without a negative.
+std::pair<torch::Tensor, torch::Tensor> fnc_inputs(uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto cos = torch::randint(-8, 9, {32, 40}, gen, torch::kLong).to(torch::kFloat) / 8.0f;
+  cos.masked_fill_(torch::rand({32, 40}, gen) < 0.1, -0.0f);
+  auto negative = torch::rand({32, 40}, gen) < 0.8;
+  negative[5].fill_(false);
+  return {cos, negative};
+}
+
+TEST(NegativesFnc, SelectionIsTheScalarPartialSortsSelection) {
+  const auto [cos, negative] = fnc_inputs(3);
+  for (const double alpha : {0.0, 0.01, 0.1, 0.37, 0.5, 1.0})
+    EXPECT_TRUE(torch::equal(fnc_filter(cos, negative, alpha), scalar_fnc(cos, negative, alpha)))
+        << "alpha " << alpha;
+}
+
+TEST(NegativesFnc, CudaSelectionIsTheCpuSelection) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "SKIPPED: no CUDA device visible";
+  const auto [cos, negative] = fnc_inputs(4);
+  for (const double alpha : {0.01, 0.1, 0.37, 1.0}) {
+    const auto on_gpu = fnc_filter(cos.cuda(), negative.cuda(), alpha);
+    EXPECT_TRUE(on_gpu.is_cuda() && torch::equal(on_gpu.cpu(), fnc_filter(cos, negative, alpha)))
+        << "alpha " << alpha;
+  }
 }
 
 TEST(NegativesFnc, TopCeilAlphaOfTheNegativesTiesByColumn) {
