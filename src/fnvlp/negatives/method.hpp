@@ -70,15 +70,15 @@ struct StepContext {
   const data::Batch& host;
   StepClock& clock;
   int64_t step = 0, epoch = 0, total_steps = 0;
-  torch::Tensor images;        // the augmented batch
-  torch::Tensor image_tokens;  // ViT output [b, 1 + P, W]
-  torch::Tensor text_hidden;   // text encoder output [b, L, W]
-  torch::Tensor img, txt;      // local L2-normalised projections [b, E], with graph
-  torch::Tensor temp;          // learnable temperature (clamped)
-  double soft_weight = 0;      // ALBEF alpha after the warm-up ramp
-  torch::Tensor negative;      // bool [b, N]: global columns that are negatives of each anchor
-  torch::Tensor label_all;     // int64 [N]: labels of the global columns (-1 unknown)
-  loss::MlmMasking masking;    // MLM's masked copy (undefined when MLM is off)
+  torch::Tensor images{};        // the augmented batch
+  torch::Tensor image_tokens{};  // ViT output [b, 1 + P, W]
+  torch::Tensor text_hidden{};   // text encoder output [b, L, W]
+  torch::Tensor img{}, txt{};    // local L2-normalised projections [b, E], with graph
+  torch::Tensor temp{};          // learnable temperature (clamped)
+  double soft_weight = 0;        // ALBEF alpha after the warm-up ramp
+  torch::Tensor negative{};      // bool [b, N]: global columns that are negatives of each anchor
+  torch::Tensor label_all{};     // int64 [N]: labels of the global columns (-1 unknown)
+  loss::MlmMasking masking{};    // MLM's masked copy (undefined when MLM is off)
   // The plain MLM cross-entropy of the step (no soft labels), for methods that ask for it
   // (needs_plain_mlm: want_plain_mlm is then set).
   bool want_plain_mlm = false;
