@@ -36,6 +36,8 @@ struct Batch {
   // without a hook.
   torch::Tensor prepared;
   int64_t prepared_for = -1;
+  // A consumer's copy of the batch to its device, in flight (train/batch_upload.hpp); null without.
+  std::shared_ptr<const void> upload;
   int64_t size() const { return pair_id.defined() ? pair_id.size(0) : 0; }
 };
 

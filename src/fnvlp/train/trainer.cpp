@@ -91,6 +91,7 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
   set_blas_threads(static_cast<int>(cfg_.train.threads));
   torch::manual_seed(static_cast<uint64_t>(cfg_.train.seed));
   device_ = choose_device(comm_, cfg_.train.device);
+  upload_ = BatchUpload(device_.device);
   check_precision(comm_, cfg_.train.precision, device_.device);
   configure_cuda_math(device_.device, cfg_.train.deterministic);
   nccl_ = make_device_comm(comm_, device_, cfg_.comm.backend, cfg_.comm.timeout_s);
@@ -184,10 +185,7 @@ int Trainer::run(Watchdog& dog) {
     auto gen = negatives::step_generator(seed(), step, comm_.rank(), negatives::kAugmentStream);
     b.prepared = augment_.train(b.images, gen);
     b.prepared_for = step;
-    if (device_.device.is_cuda())  // page-locked: the step's host-to-device copies are async
-      for (torch::Tensor* t :
-           {&b.prepared, &b.tokens, &b.attention_mask, &b.pair_id, &b.image_id, &b.label})
-        *t = t->pin_memory();
+    upload_.start(b);  // on a GPU: pinned, and its copy started while earlier steps compute
   });
   if (resumed && !sampler_state_.is_null())
     loader.resume(sampler_state_, step_);
@@ -269,7 +267,7 @@ int Trainer::run(Watchdog& dog) {
 // One optimizer step (or a skipped one), read top to bottom. Returns this rank's losses.
 StepLosses Trainer::train_step(const data::Batch& host_batch) {
   begin_step(host_batch);
-  const data::Batch batch = on_device(host_batch);
+  const data::Batch batch = upload_.finish(host_batch);
   StepContext s{batch, host_batch, clock_, step_, epoch_, total_steps_};
   for (auto& m : methods_) s.want_plain_mlm = s.want_plain_mlm || m->needs_plain_mlm();
   s.images = batch.prepared;  // augmented for this step by the loader (run())
@@ -457,15 +455,6 @@ torch::Tensor Trainer::mlm_loss(StepContext& s, const std::vector<torch::Tensor>
 void Trainer::sum_rows(torch::Tensor& t) {
   t = t.to(torch::kFloat).contiguous();
   allreduce_sum(comm_, t);
-}
-
-data::Batch Trainer::on_device(const data::Batch& batch) const {
-  if (device_.device.is_cpu()) return batch;
-  data::Batch d = batch;
-  for (torch::Tensor* t :
-       {&d.prepared, &d.tokens, &d.attention_mask, &d.pair_id, &d.image_id, &d.label})
-    if (t->defined()) *t = t->to(device_.device, /*non_blocking=*/true);
-  return d;
 }
 
 void Trainer::log_progress(MetricsWriter& metrics, const BatchSource& loader) {

@@ -23,6 +23,7 @@
 #include "fnvlp/store/pretrained.hpp"
 #include "fnvlp/store/run_dir.hpp"
 #include "fnvlp/train/batch_source.hpp"
+#include "fnvlp/train/batch_upload.hpp"
 #include "fnvlp/train/device.hpp"
 #include "fnvlp/train/epoch_cache.hpp"
 #include "fnvlp/train/grad_sync.hpp"
@@ -97,9 +98,6 @@ class Trainer {
 
   void sum_rows(torch::Tensor& t);
 
-  // The batch's tensors on the training device (pinned by the loader thread, so the copies are
-  // asynchronous; the step's first kernels wait for them in stream order).
-  data::Batch on_device(const data::Batch& batch) const;
   bool bf16() const { return cfg_.train.precision == Precision::kBf16; }
 
   void log_progress(MetricsWriter& metrics, const BatchSource& loader);
@@ -161,6 +159,8 @@ class Trainer {
   CheckpointManager ckpt_;
   SkipCounter skips_;
   DeviceChoice device_;
+  // The batches' copies to the device, started by the loader (batch_upload.hpp).
+  BatchUpload upload_{torch::kCPU};
   std::unique_ptr<NcclComm> nccl_;  // collectives of device tensors (null: MPI)
   StepTelemetry telemetry_;
   model::Albef model_{nullptr};
