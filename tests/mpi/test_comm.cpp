@@ -97,6 +97,24 @@ TEST(Comm, BroadcastFromLastRank) {
   EXPECT_EQ(s, "from the last rank");
 }
 
+// The traffic counters (the per-step bytes fnvlp-pretrain logs): an all-reduce counts its buffer,
+// an all-gather its whole result, a broadcast or all-to-all what it sent, each by element size.
+TEST(Comm, CountsThePayloadOfEachKindOfCollective) {
+  Comm comm;
+  const int r = comm.rank(), n = comm.size();
+  const fnvlp::CommTraffic start = comm.traffic();
+  std::vector<double> v(5, 1.0);
+  comm.allreduce_sum(v);  // 5 doubles
+  std::vector<float> mine(static_cast<size_t>(r + 1), 1.0f);
+  comm.allgatherv(mine);  // counts (n int32), sum(r + 1) floats
+  std::vector<int16_t> b(3);
+  comm.bcast(b.data(), b.size(), 0);  // 3 int16
+  const fnvlp::CommTraffic d = comm.traffic() - start;
+  EXPECT_EQ(d.allreduce, 5u * 8u);
+  EXPECT_EQ(d.allgather, 4u * n + 4u * n * (n + 1) / 2);
+  EXPECT_EQ(d.other, 3u * 2u);
+}
+
 TEST(Comm, OneRanksFailureReachesEveryRankWithoutHanging) {
   Comm comm;
   const int bad = comm.size() - 1;

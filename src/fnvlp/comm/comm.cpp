@@ -36,6 +36,17 @@ MPI_Datatype mpi_type(detail::CommType type) {
   return types[static_cast<int>(type)];
 }
 
+uint64_t type_bytes(detail::CommType type) {
+  const uint64_t bytes[] = {8, 4, 4, 8, 8, 4, 2, 1, 1};
+  return bytes[static_cast<int>(type)];
+}
+
+uint64_t sum(const int* counts, int n) {
+  uint64_t total = 0;
+  for (int i = 0; i < n; ++i) total += static_cast<uint64_t>(counts[i]);
+  return total;
+}
+
 MPI_Op mpi_op(ReduceOp op) {
   const MPI_Op ops[] = {MPI_SUM, MPI_MAX, MPI_MIN};
   return ops[static_cast<int>(op)];
@@ -84,12 +95,14 @@ void Comm::abort(int code) const {
 int64_t Comm::exscan_sum(int64_t v) const {
   int64_t out = 0;
   MPI_CHECK(MPI_Exscan(&v, &out, 1, MPI_INT64_T, MPI_SUM, native_->comm));
+  traffic_.other += sizeof v;
   return rank_ == 0 ? 0 : out;  // MPI leaves rank 0's result undefined
 }
 
 bool Comm::all_ok(bool local_ok) const {
   int ok = local_ok ? 1 : 0;
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, native_->comm));
+  traffic_.allreduce += sizeof ok;
   return ok == 1;
 }
 
@@ -117,22 +130,26 @@ void Comm::collective(const std::function<void()>& fn) const {
 void Comm::allreduce_raw(void* data, size_t n, detail::CommType type, ReduceOp op) const {
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), mpi_type(type), mpi_op(op),
                           native_->comm));
+  traffic_.allreduce += n * type_bytes(type);
 }
 
 void Comm::allgather_raw(const void* value, void* out, detail::CommType type) const {
   MPI_CHECK(MPI_Allgather(value, 1, mpi_type(type), out, 1, mpi_type(type), native_->comm));
+  traffic_.allgather += static_cast<uint64_t>(size_) * type_bytes(type);
 }
 
 void Comm::allgatherv_raw(const void* local, int n, void* out, const int* counts, const int* displs,
                           detail::CommType type) const {
   MPI_CHECK(
       MPI_Allgatherv(local, n, mpi_type(type), out, counts, displs, mpi_type(type), native_->comm));
+  traffic_.allgather += sum(counts, size_) * type_bytes(type);
 }
 
 std::vector<int> Comm::alltoall_counts(const std::vector<int>& send_counts) const {
   std::vector<int> recv_counts(static_cast<size_t>(size_));
   MPI_CHECK(
       MPI_Alltoall(send_counts.data(), 1, MPI_INT, recv_counts.data(), 1, MPI_INT, native_->comm));
+  traffic_.other += static_cast<uint64_t>(size_) * sizeof(int);
   return recv_counts;
 }
 
@@ -141,10 +158,12 @@ void Comm::alltoallv_raw(const void* send, const int* send_counts, const int* se
                          detail::CommType type) const {
   MPI_CHECK(MPI_Alltoallv(send, send_counts, send_displs, mpi_type(type), out, recv_counts,
                           recv_displs, mpi_type(type), native_->comm));
+  traffic_.other += sum(send_counts, size_) * type_bytes(type);
 }
 
 void Comm::bcast_raw(void* data, size_t n, detail::CommType type, int root) const {
   MPI_CHECK(MPI_Bcast(data, static_cast<int>(n), mpi_type(type), root, native_->comm));
+  traffic_.other += n * type_bytes(type);
 }
 
 void Comm::bcast(std::string& s, int root) const {

@@ -47,6 +47,23 @@ constexpr CommType comm_type() {
 }
 }  // namespace detail
 
+// Payload bytes a communicator moved for its callers, by kind of collective: the buffer an
+// all-reduce reduced, the result an all-gather assembled (every rank's part), what a broadcast,
+// scan or all-to-all sent. Bytes on the wire follow from the algorithm: a ring all-reduce sends
+// 2 (R - 1) / R of its buffer per rank, a ring all-gather (R - 1) / R of its result.
+struct CommTraffic {
+  uint64_t allreduce = 0, allgather = 0, other = 0;
+  CommTraffic& operator+=(const CommTraffic& o) {
+    allreduce += o.allreduce;
+    allgather += o.allgather;
+    other += o.other;
+    return *this;
+  }
+  CommTraffic operator-(const CommTraffic& o) const {
+    return {allreduce - o.allreduce, allgather - o.allgather, other - o.other};
+  }
+};
+
 // A failure every rank knows about (raised by Comm::collective on all ranks at once), so the job
 // can exit cleanly with one message instead of aborting.
 class CollectiveError : public std::runtime_error {
@@ -80,6 +97,8 @@ class Comm {
   const Native& native() const { return *native_; }
 
   void barrier() const;
+  // What this communicator's collectives moved so far (main thread: MPI is funneled).
+  const CommTraffic& traffic() const { return traffic_; }
   // Ends every rank of the job (MPI_Abort): the one way out that cannot hang a peer.
   [[noreturn]] void abort(int code) const;
 
@@ -192,6 +211,7 @@ class Comm {
   std::unique_ptr<Native> native_;
   int rank_ = 0;
   int size_ = 1;
+  mutable CommTraffic traffic_;
 };
 
 }  // namespace fnvlp

@@ -116,6 +116,7 @@ struct NcclComm::Impl {
   ncclComm_t comm = nullptr;
   // Set once an error or a timeout aborted the communicator: every later call refuses.
   bool broken = false;
+  CommTraffic traffic;
 
   ~Impl() {
     if (!comm) return;
@@ -290,6 +291,7 @@ void NcclComm::allreduce_sum(torch::Tensor& t) const {
   FNVLP_NCCL_COMM_CHECK(im, "allreduce_sum",
                         ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
                                       nccl_type(t.scalar_type()), ncclSum, im.comm, im.stream()));
+  im.traffic.allreduce += static_cast<uint64_t>(t.nbytes());
   synchronize("allreduce_sum");
 }
 
@@ -328,6 +330,7 @@ torch::Tensor NcclComm::allgather_rows(const torch::Tensor& local) const {
     const ncclResult_t end = ncclGroupEnd();  // always close the group, even after an error
     FNVLP_NCCL_COMM_CHECK(im, "allgather_rows", rc != ncclSuccess ? rc : end);
   }
+  im.traffic.allgather += static_cast<uint64_t>(out.nbytes());
   synchronize("allgather_rows");
   return out;
 }
@@ -344,8 +347,11 @@ void NcclComm::broadcast(torch::Tensor& t, int root) const {
   FNVLP_NCCL_COMM_CHECK(im, "broadcast",
                         ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
                                       nccl_type(t.scalar_type()), root, im.comm, im.stream()));
+  im.traffic.other += static_cast<uint64_t>(t.nbytes());
   synchronize("broadcast");
 }
+
+CommTraffic NcclComm::traffic() const { return impl_->traffic; }
 
 void NcclComm::synchronize(const char* what) const {
   Impl& im = *impl_;
@@ -397,6 +403,7 @@ torch::Tensor NcclComm::allgather_rows(const torch::Tensor&) const {
 }
 void NcclComm::broadcast(torch::Tensor&, int) const { FNVLP_FAIL("this build has no NCCL"); }
 void NcclComm::synchronize(const char*) const { FNVLP_FAIL("this build has no NCCL"); }
+CommTraffic NcclComm::traffic() const { FNVLP_FAIL("this build has no NCCL"); }
 
 #endif
 

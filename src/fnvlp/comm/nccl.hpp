@@ -48,6 +48,8 @@ class NcclComm {
   // aborts the communicator and throws fnvlp::Error naming this rank, `what` and NCCL's message;
   // the object is unusable afterwards.
   void synchronize(const char* what) const;
+  // What this communicator's collectives moved so far (Comm's, the agreements, not included).
+  CommTraffic traffic() const;
 
  private:
   struct Impl;

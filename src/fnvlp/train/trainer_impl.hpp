@@ -101,6 +101,8 @@ class Trainer {
   bool bf16() const { return cfg_.train.precision == Precision::kBf16; }
 
   void log_progress(MetricsWriter& metrics, const BatchSource& loader);
+  // What this rank's communicators (MPI and NCCL) moved so far.
+  CommTraffic traffic() const;
 
   void finish_epoch(Watchdog& dog, MetricsWriter& metrics);
 
@@ -162,6 +164,8 @@ class Trainer {
   // The batches' copies to the device, started by the loader (batch_upload.hpp).
   BatchUpload upload_{torch::kCPU};
   std::unique_ptr<NcclComm> nccl_;  // collectives of device tensors (null: MPI)
+  CommTraffic traffic_mark_;        // traffic() at the last log line, at step traffic_step_
+  int64_t traffic_step_ = 0;
   StepTelemetry telemetry_;
   model::Albef model_{nullptr};
   std::vector<torch::Tensor> params_;

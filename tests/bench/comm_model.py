@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""What one fnvlp-pretrain step sends between ranks: a model of the payload per rank, checked against
+the bytes a run logged, and its cost at 8 to 256 GPUs.
+
+Payload per rank and step (R ranks, b pairs per rank, N = R b, E = embed_dim, P parameters):
+  all-reduce  4 P            the flat fp32 gradient (train/grad_sync, or NCCL buckets)
+              2 N E 4        ITC's cross-rank gradient sums of the gathered image and text features
+  all-gather  2 N E 4        the image and text features (comm/tensors: allgather_rows)
+              2 N 8          image_id and label of the global batch (allgather_ids, on the host)
+              32 R           row counts of those four gathers (MPI path)
+At one rank nothing is sent. On the wire a ring all-reduce sends 2 (R - 1) / R of its buffer per
+rank and a ring all-gather (R - 1) / R of its result; a reduce-scatter, which is all the cross-rank
+sums need (each rank keeps its own b rows), sends (R - 1) / R of it.
+
+Usage:
+  comm_model.py check METRICS.jsonl CONFIG R B   the run's comm_bytes_per_step against the model
+  comm_model.py table CONFIG [--batch B ...] [--compute-ms MS ...] [--compute-batch B0]
+                                                  [--bus-gbs GB/s ...]
+compute-ms: a step's computation at batch compute-batch per GPU (scaled linearly to each b).
+P comes from the PyTorch twin of the model (pytorch_albef.py: the same parameter count as fnvlp's,
+Albef.BasePresetRunsOneStepOnCpu prints fnvlp's).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pytorch_albef as twin  # noqa: E402
+
+
+def parameters(model_cfg):
+    import torch
+
+    try:  # torch >= 2.0: no memory for the weights
+        with torch.device("meta"):
+            net = twin.Albef(model_cfg)
+    except (AttributeError, TypeError, RuntimeError):
+        net = twin.Albef(model_cfg)
+    return sum(p.numel() for p in net.parameters())
+
+
+def payload(P, E, R, b):
+    """Payload bytes per rank and step by collective kind (see the module's docstring)."""
+    if R == 1:
+        return {"allreduce": 0, "allgather": 0, "grads": 0, "feature_grad_sums": 0}
+    N = R * b
+    grads, sums = 4 * P, 2 * N * E * 4
+    return {
+        "allreduce": grads + sums,
+        "allgather": 2 * N * E * 4 + 2 * N * 8 + 32 * R,
+        "grads": grads,
+        "feature_grad_sums": sums,
+    }
+
+
+def wire(p, R, reduce_scatter=False):
+    """Bytes each rank sends per step with ring collectives."""
+    if R == 1:
+        return 0.0
+    ar = p["grads"] + (0 if reduce_scatter else p["feature_grad_sums"])
+    rs = p["feature_grad_sums"] if reduce_scatter else 0
+    return 2 * (R - 1) / R * ar + (R - 1) / R * (rs + p["allgather"])
+
+
+def check(args):
+    cfg = twin.load_config(args.config)
+    P, E = parameters(cfg["model"]), cfg["model"]["embed_dim"]
+    want = payload(P, E, args.ranks, args.batch)
+    rows = [json.loads(line) for line in open(args.metrics)]
+    got = [r["comm_bytes_per_step"] for r in rows if "comm_bytes_per_step" in r]
+    if not got:
+        sys.exit(f"{args.metrics}: no comm_bytes_per_step")
+    print(f"{args.config}: P = {P:,} parameters, E = {E}, R = {args.ranks}, b = {args.batch}")
+    status = 0
+    for kind in ("allreduce", "allgather"):
+        measured = statistics.median(g[kind] for g in got)
+        ratio = measured / want[kind] if want[kind] else float("nan")
+        print(f"  {kind}: logged {measured:,.0f} B/step (median of {len(got)} windows), "
+              f"model {want[kind]:,} B, logged/model {ratio:.6f}")
+        if want[kind] and abs(ratio - 1) > args.tolerance:
+            status = 1
+    return status
+
+
+def table(args):
+    cfg = twin.load_config(args.config)
+    P, E = parameters(cfg["model"]), cfg["model"]["embed_dim"]
+    mb = 1e6
+    print(f"{args.config}: P = {P:,} parameters (fp32 gradient {4 * P / mb:.1f} MB), E = {E}\n")
+    print("| GPUs | b | all-reduce payload MB | all-gather payload MB | sent per GPU MB (ring) "
+          "| ... with a reduce-scatter for the feature sums | feature share of sent |")
+    print("|---|---|---|---|---|---|---|")
+    for b in args.batch:
+        for R in args.ranks:
+            p = payload(P, E, R, b)
+            w, w_rs = wire(p, R), wire(p, R, reduce_scatter=True)
+            feat = w - 2 * (R - 1) / R * p["grads"]
+            print(f"| {R} | {b} | {p['allreduce'] / mb:.1f} | {p['allgather'] / mb:.2f} | "
+                  f"{w / mb:.1f} | {w_rs / mb:.1f} | {100 * feat / w:.1f}% |")
+    print("\nTime on the wire per step at each bus bandwidth (bandwidth only, not overlapped with "
+          "compute: fnvlp reduces the gradient after the backward pass), and its share of the "
+          "step:\n")
+    head = " | ".join(f"{bw:g} GB/s" for bw in args.bus_gbs)
+    print(f"| GPUs | b | compute ms | {head} |")
+    print("|---|---|---|" + "---|" * len(args.bus_gbs))
+    for b in args.batch:
+        for R in args.ranks:
+            w = wire(payload(P, E, R, b), R)
+            for c0 in args.compute_ms:
+                c = c0 * b / args.compute_batch
+                cells = []
+                for bw in args.bus_gbs:
+                    t = w / (bw * 1e9) * 1e3
+                    cells.append(f"{t:.1f} ms ({100 * t / (t + c):.0f}%)")
+                print(f"| {R} | {b} | {c:g} | " + " | ".join(cells) + " |")
+    for b in args.batch:
+        w = wire(payload(P, E, args.ranks[-1], b), args.ranks[-1])
+        for c0 in args.compute_ms:
+            c = c0 * b / args.compute_batch
+            # comm = 2/3 of the step <=> t = 2 c.
+            print(f"\nb = {b}, compute {c:g} ms: communication is two thirds of the step below "
+                  f"{w / (2 * c * 1e-3) / 1e9:.1f} GB/s of bus bandwidth at {args.ranks[-1]} GPUs")
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("check")
+    c.add_argument("metrics")
+    c.add_argument("config")
+    c.add_argument("ranks", type=int)
+    c.add_argument("batch", type=int)
+    c.add_argument("--tolerance", type=float, default=1e-3)
+    t = sub.add_parser("table")
+    t.add_argument("config")
+    t.add_argument("--batch", type=int, nargs="+", default=[32, 64])
+    t.add_argument("--ranks", type=int, nargs="+", default=[8, 16, 32, 64, 128, 256])
+    t.add_argument("--compute-ms", type=float, nargs="+", default=[100.0])
+    t.add_argument("--compute-batch", type=int, default=32)
+    t.add_argument("--bus-gbs", type=float, nargs="+", default=[350.0, 45.0, 12.0])
+    args = ap.parse_args()
+    return check(args) if args.cmd == "check" else table(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
