@@ -5,6 +5,7 @@ the bytes a run logged, and its cost at 8 to 256 GPUs.
 Payload per rank and step (R ranks, b pairs per rank, N = R b, E = embed_dim, P parameters):
   all-reduce  4 P            the flat fp32 gradient (train/grad_sync, or NCCL buckets)
               2 N E 4        ITC's cross-rank gradient sums of the gathered image and text features
+              4              the agreement on a finite loss (train/trainer: all_finite)
   all-gather  2 N E 4        the image and text features (comm/tensors: allgather_rows)
               2 N 8          image_id and label of the global batch (allgather_ids, on the host)
               32 R           row counts of those four gathers (MPI path)
@@ -14,6 +15,7 @@ sums need (each rank keeps its own b rows), sends (R - 1) / R of it.
 
 Usage:
   comm_model.py check METRICS.jsonl CONFIG R B   the run's comm_bytes_per_step against the model
+                                                  (exactly, unless --tolerance)
   comm_model.py table CONFIG [--batch B ...] [--compute-ms MS ...] [--compute-batch B0]
                                                   [--bus-gbs GB/s ...]
 compute-ms: a step's computation at batch compute-batch per GPU (scaled linearly to each b).
@@ -48,7 +50,7 @@ def payload(P, E, R, b):
     N = R * b
     grads, sums = 4 * P, 2 * N * E * 4
     return {
-        "allreduce": grads + sums,
+        "allreduce": grads + sums + 4,
         "allgather": 2 * N * E * 4 + 2 * N * 8 + 32 * R,
         "grads": grads,
         "feature_grad_sums": sums,
@@ -133,7 +135,7 @@ def main():
     c.add_argument("config")
     c.add_argument("ranks", type=int)
     c.add_argument("batch", type=int)
-    c.add_argument("--tolerance", type=float, default=1e-3)
+    c.add_argument("--tolerance", type=float, default=0.0)
     t = sub.add_parser("table")
     t.add_argument("config")
     t.add_argument("--batch", type=int, nargs="+", default=[32, 64])

@@ -61,7 +61,7 @@ check uniform '0.8 < sorted(sum(r["phase_ms"].values()) / (1e3 * 32 / r["samples
 check uniform 'all(r["phase_ms"]["falcon"] < 0.02 * r["phase_ms"]["forward"] for r in m)' \
   "no FALCON work without FALCON"
 # The payload each rank logs per step is what tests/bench/comm_model.py's model says (gradient,
-# features and their cross-rank gradient sums, ids), within 0.1%.
+# features and their cross-rank gradient sums, ids, agreements), byte for byte.
 "$py" "$src/tests/bench/comm_model.py" check "$work/uniform/metrics.jsonl" \
   "$src/jobs/configs/tiny.yaml" 2 16 || fail "logged bytes per step differ from the model"
 

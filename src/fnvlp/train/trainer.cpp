@@ -202,7 +202,6 @@ int Trainer::run(Watchdog& dog) {
       cfg_.train.profile_start, cfg_.train.profile_steps,
       opt_.run_dir + "/profile/trace-rank" + std::to_string(comm_.rank()) + ".json", comm_.rank());
   telemetry_.start(total_steps_);
-  traffic_mark_ = traffic();
   traffic_step_ = step_;
   clock_.last = std::chrono::steady_clock::now();
   while (step_ < total_steps_) {
@@ -225,7 +224,10 @@ int Trainer::run(Watchdog& dog) {
     clock_.lap(StepClock::kBatch);
     dog.beat(step_, "step");
     profiler.before_step(step_);
-    telemetry_.add(train_step(batch), batch.size() * comm_.size());
+    const CommTraffic before = traffic();
+    const StepLosses losses = train_step(batch);
+    step_traffic_ += traffic() - before;
+    telemetry_.add(losses, batch.size() * comm_.size());
     profiler.after_step(step_);
     ++step_;
     ++step_in_epoch_;
@@ -469,14 +471,14 @@ void Trainer::log_progress(MetricsWriter& metrics, const BatchSource& loader) {
   json m = telemetry_.window_metrics(step_, epoch_, last_lr_, model_->temp().item<double>(),
                                      loader.wait_fraction(), skips_.total(), clock_);
   m["samples"] = samples_seen_;  // what the schedule counts: continuous across rank counts
-  // Payload bytes per step through this rank's communicators since the last line (the steps, and
-  // the previous line's telemetry collectives): bench/comm_model.py compares them with its model.
-  const CommTraffic now = traffic(), d = now - traffic_mark_;
+  // Payload bytes per training step through this rank's communicators since the last line (the
+  // steps' own collectives: not the logging, epoch-end or checkpoint ones): bench/comm_model.py
+  // compares them with its model.
   const auto steps = static_cast<double>(std::max<int64_t>(1, step_ - traffic_step_));
-  m["comm_bytes_per_step"] = {{"allreduce", static_cast<double>(d.allreduce) / steps},
-                              {"allgather", static_cast<double>(d.allgather) / steps},
-                              {"other", static_cast<double>(d.other) / steps}};
-  traffic_mark_ = now;
+  m["comm_bytes_per_step"] = {{"allreduce", static_cast<double>(step_traffic_.allreduce) / steps},
+                              {"allgather", static_cast<double>(step_traffic_.allgather) / steps},
+                              {"other", static_cast<double>(step_traffic_.other) / steps}};
+  step_traffic_ = {};
   traffic_step_ = step_;
   for (auto& method : methods_) method->telemetry(m);
   telemetry_.finish_window(metrics, m);

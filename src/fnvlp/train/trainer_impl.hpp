@@ -164,7 +164,8 @@ class Trainer {
   // The batches' copies to the device, started by the loader (batch_upload.hpp).
   BatchUpload upload_{torch::kCPU};
   std::unique_ptr<NcclComm> nccl_;  // collectives of device tensors (null: MPI)
-  CommTraffic traffic_mark_;        // traffic() at the last log line, at step traffic_step_
+  // What the training steps moved since the last log line, which was at step traffic_step_.
+  CommTraffic step_traffic_;
   int64_t traffic_step_ = 0;
   StepTelemetry telemetry_;
   model::Albef model_{nullptr};
