@@ -213,16 +213,21 @@ std::vector<float> host_floats(const torch::Tensor& t) {
 // Random steps for a block of 8 anchors: anchor 0 in every step (its count passes where both bias
 // corrections round to 1, and the table's growth from 64 rows), repeated anchors, rows without a
 // negative, similarities on a coarse grid (counts at λ's neighbourhood), every 7th step undone.
+struct GlofndStep {
+  std::vector<int64_t> ids;
+  torch::Tensor cos, negative;
+};
 struct GlofndSteps {
   explicit GlofndSteps(uint64_t seed) : gen(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
-  void next(std::vector<int64_t>& ids, torch::Tensor& cos, torch::Tensor& negative) {
+  GlofndStep next() {
     const int64_t b = 6, n = 10;
     const auto draw = torch::randint(8, {b - 1}, gen, torch::kLong).contiguous();
-    ids = {100};
-    for (int64_t r = 0; r < b - 1; ++r) ids.push_back(100 + draw[r].item<int64_t>());
-    cos = (torch::randint(-64, 65, {b, n}, gen, torch::kLong).to(torch::kFloat) / 64.0f);
-    negative = torch::rand({b, n}, gen) < 0.7;
-    if (torch::rand({1}, gen).item<float>() < 0.3) negative[b - 1].fill_(false);
+    GlofndStep s{{100}, {}, {}};
+    for (int64_t r = 0; r < b - 1; ++r) s.ids.push_back(100 + draw[r].item<int64_t>());
+    s.cos = (torch::randint(-64, 65, {b, n}, gen, torch::kLong).to(torch::kFloat) / 64.0f);
+    s.negative = torch::rand({b, n}, gen) < 0.7;
+    if (torch::rand({1}, gen).item<float>() < 0.3) s.negative[b - 1].fill_(false);
+    return s;
   }
   at::Generator gen;
 };
@@ -237,9 +242,7 @@ TEST(NegativesGlofnd, TensorUpdateIsTheScalarRecurrenceBitwise) {
     ScalarGlofnd ref({100, 108}, opt);
     GlofndSteps steps(11);
     for (int step = 0; step < 420; ++step) {
-      std::vector<int64_t> ids;
-      torch::Tensor cos, negative;
-      steps.next(ids, cos, negative);
+      const auto [ids, cos, negative] = steps.next();
       const auto mask = side.update_and_filter(cos, negative, ids);
       const auto [ref_mask, ref_lam] = ref.update(cos, negative, ids);
       ASSERT_TRUE(torch::equal(mask, ref_mask)) << "lr " << lr << " step " << step;
@@ -266,9 +269,7 @@ TEST(NegativesGlofnd, CudaStateIsTheCpuStateBitwise) {
   GlofndSide cpu({100, 108}, opt), gpu({100, 108}, opt, torch::kCUDA);
   GlofndSteps steps(12);
   for (int step = 0; step < 420; ++step) {
-    std::vector<int64_t> ids;
-    torch::Tensor cos, negative;
-    steps.next(ids, cos, negative);
+    const auto [ids, cos, negative] = steps.next();
     const auto a = cpu.update_and_filter(cos, negative, ids);
     const auto b = gpu.update_and_filter(cos.cuda(), negative.cuda(), ids);
     ASSERT_TRUE(b.is_cuda() && torch::equal(a, b.cpu())) << "step " << step;
