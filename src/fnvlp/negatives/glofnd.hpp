@@ -21,8 +21,8 @@
 // The state lives on the model's device and a step's update is tensor arithmetic there: nothing
 // is read back to the host per step. The update repeats the scalar recurrence's double-precision
 // operations one by one (each rounded as the scalar code rounds it; the bias corrections
-// 1 − β^t come from a host table of std::pow), so CPU and CUDA give the same λ for the same
-// counts, and the CPU result is the scalar loop's bit for bit (unit test against it).
+// 1 − β^t come from a host table of std::pow), so that CPU and CUDA give the same λ for the same
+// counts (a CUDA unit case compares them) and the CPU result is the scalar loop's bit for bit.
 #include <torch/torch.h>
 
 #include <cstdint>
