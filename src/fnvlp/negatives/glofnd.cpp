@@ -89,17 +89,11 @@ torch::Tensor GlofndSide::update_and_filter(const torch::Tensor& cos, const torc
   torch::NoGradGuard no_grad;
   // An anchor's k-th row in this call is updated in round k, after its earlier rows.
   std::vector<int64_t> occurrence(pair_ids.size());
-  int64_t rounds = pair_ids.empty() ? 0 : 1;
-  {
-    std::vector<int64_t> sorted(pair_ids);
-    std::sort(sorted.begin(), sorted.end());
-    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-      std::unordered_map<int64_t, int64_t> seen;
-      for (size_t r = 0; r < pair_ids.size(); ++r) {
-        occurrence[r] = seen[pair_ids[r]]++;
-        rounds = std::max(rounds, occurrence[r] + 1);
-      }
-    }
+  int64_t rounds = 0;
+  std::unordered_map<int64_t, int64_t> seen;
+  for (size_t r = 0; r < pair_ids.size(); ++r) {
+    occurrence[r] = seen[pair_ids[r]]++;
+    rounds = std::max(rounds, occurrence[r] + 1);
   }
   const torch::Tensor idx = local_index(pair_ids);
   const torch::Tensor lam0 = lambda_.index_select(0, idx);
@@ -116,7 +110,7 @@ torch::Tensor GlofndSide::update_and_filter(const torch::Tensor& cos, const torc
       above_threshold(cos, negative, lam0).sum(1).to(torch::kDouble) / n.to(torch::kDouble);
   const torch::Tensor sampled = n > 0;  // no negative in the batch: no subgradient sample
   const torch::Tensor& bias = bias_table(rounds);
-  last_ = lam0.clone();
+  last_ = rounds > 1 ? lam0.clone() : lam0;  // one round replaces it whole
   for (int64_t k = 0; k < rounds; ++k) {
     torch::Tensor rows;  // undefined: every row
     if (rounds > 1) {
@@ -129,8 +123,12 @@ torch::Tensor GlofndSide::update_and_filter(const torch::Tensor& cos, const torc
       return rows.defined() ? t.index_select(0, rows) : t;
     };
     const torch::Tensor ids = pick(idx), gk = pick(g), ok = pick(sampled);
-    const torch::Tensor lam = lambda_.index_select(0, ids), m_old = m_.index_select(0, ids),
-                        v_old = v_.index_select(0, ids), c_old = count_.index_select(0, ids);
+    // Round 0 reads the state as the undo copies hold it; later rounds what earlier ones wrote.
+    const auto state = [&](const torch::Tensor& t, const torch::Tensor& before) {
+      return k == 0 ? pick(before) : t.index_select(0, ids);
+    };
+    const torch::Tensor lam = state(lambda_, lam0), m_old = state(m_, undo_m_),
+                        v_old = state(v_, undo_v_), c_old = state(count_, undo_count_);
     // Adam with per-anchor bias correction, each operation rounded as the scalar
     //   m = β1 m + (1 − β1) g;  v = β2 v + (1 − β2) g g;  t = count + 1;
     //   λ = Π_[−1, 1](λ − lr (m / (1 − β1^t)) / (√(v / (1 − β2^t)) + ε))
@@ -150,7 +148,7 @@ torch::Tensor GlofndSide::update_and_filter(const torch::Tensor& cos, const torc
     if (rows.defined())
       last_.index_copy_(0, rows, torch::where(ok, lam_new, lam0.index_select(0, rows)));
     else
-      last_ = lam_new;  // one round: lam is lam0
+      last_ = lam_new;
   }
   return above_threshold(cos, negative, last_);
 }
