@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Groundwork for issue 30: the PyTorch twin of one fnvlp training step
 # (tests/bench/pytorch_albef.py) on one GPU with PyTorch 2.x, matrix {tiny, small, base}
-# (jobs/configs) x {fp32, bf16} x {eager, torch.compile}, on a synthetic batch of each preset's
+# (jobs/configs) x {fp32, bf16} x {eager, best, torch.compile}, on a synthetic batch of each preset's
 # shapes (--synthetic: no shards, no network). Needs python3 with torch alone: PyYAML, numpy,
 # PIL and h5py are optional.
 #
@@ -16,8 +16,10 @@
 # Cells run most wanted first, so that the time budget cuts the least wanted:
 #   1. eager, config batch: tiny, small, base x fp32, bf16
 #   2. eager, larger batch: tiny 256, small 256 x fp32, bf16
-#   3. compile, config batch: bf16 then fp32, tiny, small, base
-#   4. compile, larger batch: bf16 then fp32
+#   3. best (bf16 only: pytorch_albef.py --best, i.e. SDPA + fused AdamW + torch.compile), config
+#      batch then larger batch
+#   4. compile, config batch: bf16 then fp32, tiny, small, base
+#   5. compile, larger batch: bf16 then fp32
 # Each cell is a fresh process: 3 untimed steps (5 with torch.compile: the first step compiles,
 # the second recompiles the MLM head for a dynamic count of masked tokens), 20 timed ones (torch.cuda.synchronize() around each), then one eager step under
 # FlopCounterMode (PyTorch >= 2.1) as a check of the analytic FLOP count that MFU uses.
@@ -31,7 +33,8 @@
 #
 # Environment (all optional):
 #   FNVLP_TWIN_DEVICE (cuda; cpu: a dry run of the driver), FNVLP_TWIN_PRESETS ("tiny small base"),
-#   FNVLP_TWIN_PRECISIONS ("fp32 bf16"), FNVLP_TWIN_MODES ("eager compile"),
+#   FNVLP_TWIN_PRECISIONS ("fp32 bf16"), FNVLP_TWIN_MODES ("eager compile"; "best" adds the
+#   best-PyTorch cells),
 #   FNVLP_TWIN_BIG_BATCH ("tiny:256 small:256"; empty: config batches only), FNVLP_TWIN_STEPS (20),
 #   FNVLP_TWIN_WARMUP (3), FNVLP_TWIN_COMPILE_WARMUP (5), FNVLP_TWIN_BUDGET (450),
 #   FNVLP_TWIN_CELL_LIMIT (120), FNVLP_TWIN_COMPILE_LIMIT (240), FNVLP_TWIN_TF32 (0),
@@ -62,7 +65,8 @@ compile_warmup = int(env("FNVLP_TWIN_COMPILE_WARMUP", "5"))
 budget = float(env("FNVLP_TWIN_BUDGET", "450"))
 limits = {"eager": float(env("FNVLP_TWIN_CELL_LIMIT", "120")),
           "compile": float(env("FNVLP_TWIN_COMPILE_LIMIT", "240"))}
-min_start = {"eager": 15.0, "compile": 45.0}  # a cell is not started with less budget left
+limits["best"] = limits["compile"]
+min_start = {"eager": 15.0, "compile": 45.0, "best": 45.0}  # no cell starts with less budget
 tf32 = env("FNVLP_TWIN_TF32", "0") == "1"
 peaks = {"bf16": float(env("FNVLP_TWIN_PEAK_BF16", "989")),
          "fp32": float(env("FNVLP_TWIN_PEAK_FP32", "494" if tf32 else "67"))}
@@ -107,11 +111,14 @@ from pytorch_albef import load_config  # noqa: E402  (imports torch, creates no 
 configs = {p: os.path.join(root, "jobs", "configs", p + ".yaml") for p in presets}
 batch_cfg = {p: load_config(configs[p])["train"]["batch_size"] for p in presets}  # all 32 now
 cells = []  # (preset, batch, precision, mode), most wanted first
-for mode in [m for m in ("eager", "compile") if m in modes]:
-    # compile: bf16 cells before fp32 ones, the budget cutting fp32 first
+MODES = ("eager", "best", "compile")
+for mode in [m for m in MODES if m in modes]:
+    # compile: bf16 cells before fp32 ones, the budget cutting fp32 first; best: bf16 only
     precs = sorted(precisions, key=lambda p: p != "bf16") if mode == "compile" else precisions
+    if mode == "best":
+        precs = [p for p in precs if p == "bf16" or device != "cuda"]
     for size in ("config", "big"):
-        groups = [[p] for p in precs] if mode == "compile" else [precs]
+        groups = [[p] for p in precs] if mode != "eager" else [precs]
         for group in groups:
             for preset in presets:
                 batch = batch_cfg[preset] if size == "config" else big.get(preset)
@@ -132,10 +139,11 @@ def record(row):
 
 
 for preset, batch, prec, mode in cells:
-    cell = {"preset": preset, "batch": batch, "precision": prec, "compile": mode == "compile"}
+    cell = {"preset": preset, "batch": batch, "precision": prec, "mode": mode,
+            "compile": mode != "eager"}
     name = "%s b%d %s %s" % (preset, batch, prec, mode)
     left = budget - (time.monotonic() - t_start)
-    if mode == "compile" and not info["compile"]:
+    if mode != "eager" and not info["compile"]:
         record(dict(cell, status="skipped", reason="torch.compile needs PyTorch >= 2.0, this is "
                     + info["torch"]))
         print("%-26s skipped: torch.compile needs PyTorch >= 2.0" % name, flush=True)
@@ -149,9 +157,11 @@ for preset, batch, prec, mode in cells:
     cmd = [sys.executable, script, "--config", configs[preset],
            "--mode", "compute", "--synthetic", "--device", device, "--precision", prec,
            "--batch-size", str(batch), "--steps", str(steps),
-           "--warmup", str(compile_warmup if mode == "compile" else warmup)]
+           "--warmup", str(warmup if mode == "eager" else compile_warmup)]
     if mode == "compile":
         cmd += ["--compile", "--compile-backend", backend]
+    if mode == "best":
+        cmd += ["--best", "--compile-backend", backend]
     if device == "cuda":
         cmd += ["--peak-tflops", str(peaks[prec])] + (["--tf32"] if tf32 else [])
     t0 = time.monotonic()
@@ -180,14 +190,14 @@ for preset, batch, prec, mode in cells:
         except (IndexError, ValueError):
             status = "error"
     if status == "ok":
-        record(dict(result, preset=preset, status="ok", cell_s=secs))
+        record(dict(result, preset=preset, mode=mode, status="ok", cell_s=secs))
         print("%-26s %8.2f ms/step %9.1f samples/s  (%.0f s)" % (
             name, result["ms_per_step"], result["samples_per_s"], secs), flush=True)
     elif status == "timeout":
         record(dict(cell, status="timeout", cell_s=secs,
                     reason="killed at its time box of %.0f s (%d warm-up steps%s)"
-                           % (limit, compile_warmup if mode == "compile" else warmup,
-                              ", compilation included" if mode == "compile" else "")))
+                           % (limit, warmup if mode == "eager" else compile_warmup,
+                              "" if mode == "eager" else ", compilation included")))
         print("%-26s timeout: killed after %.0f s" % (name, secs), flush=True)
     else:
         record(dict(cell, status="error", rc=proc.returncode, cell_s=secs,
@@ -206,9 +216,9 @@ print("| preset | batch | precision | mode | ms/step | samples/s | TFLOP/s | MFU
       "| warm-up s | status |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for r in sorted(rows, key=lambda r: (presets.index(r["preset"]), r["batch"],
-                                     precisions.index(r["precision"]), r["compile"])):
+                                     precisions.index(r["precision"]), MODES.index(r["mode"]))):
     print("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-        r["preset"], r["batch"], r["precision"], "compile" if r["compile"] else "eager",
+        r["preset"], r["batch"], r["precision"], r["mode"],
         fmt(r.get("ms_per_step"), ".2f"), fmt(r.get("samples_per_s"), ".1f"),
         fmt(r.get("tflops_per_s"), ".1f"),
         fmt(100 * r["mfu"], ".1f") + "%" if r.get("mfu") is not None else "-",

@@ -27,7 +27,10 @@ Modes:
 Prints one JSON line with the figures.
 
 GPU (issue 30; PyTorch 2.x): --device cuda, --precision bf16 (torch.autocast around the forward
-and losses, fp32 weights and AdamW), --compile (torch.compile of the forward and losses), --tf32.
+and losses, fp32 weights and AdamW), --compile (torch.compile of the forward and losses), --tf32,
+--attention sdpa (F.scaled_dot_product_attention), --fused-adamw (AdamW(fused=True)), and --best:
+sdpa, fused AdamW and compile at once: with --precision bf16, the step an expert PyTorch 2 user
+writes, the "twin best" every GPU figure is also quoted against.
 On CUDA the clock starts and stops after torch.cuda.synchronize(), per step, warm-up excluded.
 With any of these options (or --synthetic, --peak-tflops) the compute JSON adds: ms_per_step,
 warmup_s (compilation included), flops_per_sample (analytic: model_flops), tflops_per_s, mfu
@@ -124,7 +127,16 @@ def merge_heads(ctx):
     return ctx.transpose(1, 2).reshape(ctx.shape[0], ctx.shape[2], ctx.shape[1] * ctx.shape[3])
 
 
+# The attention kernel: "math" materialises the scores (fnvlp's formulation, and PyTorch 1.x's
+# only one); "sdpa" is F.scaled_dot_product_attention (PyTorch >= 2.0: flash, memory-efficient or
+# cuDNN kernels on CUDA), what a user of PyTorch 2 writes. Set by Step from --attention.
+ATTENTION = "math"
+
+
 def attention(q, k, v, mask, p, training):
+    if ATTENTION == "sdpa":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                              dropout_p=p if training else 0.0)
     scale = 1.0 / math.sqrt(q.shape[-1])
     scores = torch.matmul(q, k.transpose(-2, -1))
     scores = torch.add(mask, scores, alpha=scale) if mask is not None else scores.mul_(scale)
@@ -358,13 +370,17 @@ class Step:
     losses under torch.autocast(bfloat16), which keeps softmax, log-softmax, layer norm and the
     losses in fp32; weights, gradients and AdamW's state stay fp32. compile_backend: the forward
     and losses (self.losses) through torch.compile (PyTorch >= 2.0), the backward compiled with
-    it by AOTAutograd; learning rate, temperature clamp, clipping and AdamW stay eager. The step
+    it by AOTAutograd; learning rate, temperature clamp, clipping and AdamW stay eager.
+    attention_kind "sdpa": F.scaled_dot_product_attention; fused_adamw: AdamW(fused=True), one
+    multi-tensor kernel per group (PyTorch >= 2.0 on CUDA, >= 2.4 on the CPU). The step
     waits for the device three times (nonzero: the ITM negatives that exist in either direction,
     the MLM positions), where a compiled step also breaks its graph; the losses come back as a
     tensor, read by the caller."""
 
     def __init__(self, cfg, total_steps, device="cpu", precision="fp32", compile_backend=None,
-                 compile_mode=None):
+                 compile_mode=None, attention_kind="math", fused_adamw=False):
+        global ATTENTION
+        ATTENTION = attention_kind
         self.cfg, self.total = cfg, total_steps
         torch.manual_seed(cfg["train"]["seed"])
         self.model = Albef(cfg["model"]).to(device)
@@ -376,7 +392,8 @@ class Step:
         self.opt = torch.optim.AdamW(
             [{"params": decay, "weight_decay": o["weight_decay"]},
              {"params": no_decay, "weight_decay": 0.0}],
-            lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"])
+            lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"],
+            **({"fused": True} if fused_adamw else {}))
         self.step_no = 0
         dev_type = torch.device(device).type
         self.autocast = contextlib.nullcontext
@@ -583,6 +600,10 @@ def setup_device(a, ap):
             torch.backends.cudnn.allow_tf32 = True
     elif a.tf32:
         ap.error("--tf32 is for --device cuda")
+    if a.best:  # what an expert PyTorch 2 user writes for this model (with --precision bf16)
+        a.attention, a.fused_adamw, a.compile = "sdpa", True, True
+    if a.attention == "sdpa" and not hasattr(F, "scaled_dot_product_attention"):
+        ap.error("--attention sdpa needs PyTorch >= 2.0; this is PyTorch %s" % torch.__version__)
     if a.compile and not hasattr(torch, "compile"):
         ap.error("--compile needs PyTorch >= 2.0 (torch.compile); this is PyTorch %s"
                  % torch.__version__)
@@ -622,6 +643,14 @@ def main():
     ap.add_argument("--compile-backend", default="inductor",
                     help="with --compile (aot_eager: a cheap check of the graph capture on CPU)")
     ap.add_argument("--compile-mode", help="with --compile: torch.compile's mode")
+    ap.add_argument("--attention", choices=["math", "sdpa"], default="math",
+                    help="math: the scores materialised (fnvlp's formulation); sdpa: "
+                         "F.scaled_dot_product_attention (PyTorch >= 2.0)")
+    ap.add_argument("--fused-adamw", action="store_true",
+                    help="torch.optim.AdamW(fused=True): one multi-tensor kernel per group")
+    ap.add_argument("--best", action="store_true",
+                    help="the best PyTorch step: --attention sdpa --fused-adamw --compile "
+                         "(with --precision bf16 on CUDA)")
     ap.add_argument("--peak-tflops", type=float,
                     help="compute: the device's peak TFLOP/s for the precision; adds mfu")
     ap.add_argument("--flop-count", choices=["auto", "off"], default="auto",
@@ -635,7 +664,7 @@ def main():
     backend = setup_device(a, ap)
     # New keys in the JSON only where a new option is in use: the existing modes print as before.
     extended = (a.device != "cpu" or a.precision != "fp32" or a.compile or a.synthetic
-                or a.tf32 or a.peak_tflops is not None)
+                or a.tf32 or a.peak_tflops is not None or a.attention != "math" or a.fused_adamw)
     if a.mode == "compute" and not (a.synthetic or a.data):
         ap.error("--mode compute needs --data SHARD_DIR or --synthetic")
 
@@ -649,6 +678,7 @@ def main():
            "threads": torch.get_num_threads()}
     if extended:
         out.update(device=dev, precision=a.precision, compile=bool(a.compile),
+                   attention=a.attention, fused_adamw=a.fused_adamw, best=a.best,
                    data="synthetic" if a.synthetic else "shards")
         if backend:
             out.update(compile_backend=backend, compile_mode=a.compile_mode)
@@ -663,7 +693,8 @@ def main():
         else:
             batch = shard_batch(a.data, b, m["image_size"])
         batch = tuple(t.to(dev, non_blocking=True) for t in batch)
-        step = Step(cfg, a.warmup + a.steps, dev, a.precision, backend, a.compile_mode)
+        step = Step(cfg, a.warmup + a.steps, dev, a.precision, backend, a.compile_mode,
+                    a.attention, a.fused_adamw)
         t0 = time.perf_counter()
         for _ in range(a.warmup):
             step(*batch)
@@ -722,7 +753,8 @@ def main():
                                              num_workers=a.num_workers,
                                              pin_memory=dev == "cuda")
         total = a.steps + a.skip if a.steps > 0 else len(loader)
-        step = Step(cfg, total, dev, a.precision, backend, a.compile_mode)
+        step = Step(cfg, total, dev, a.precision, backend, a.compile_mode, a.attention,
+                    a.fused_adamw)
         t_start = time.perf_counter()
         wait = 0.0
         it = iter(loader)
