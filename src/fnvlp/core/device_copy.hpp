@@ -3,6 +3,13 @@
 
 namespace fnvlp {
 
+// `device` with its index resolved: a CUDA device named without an index is the current one
+// (cuda:N), which is what tensors created on it report, so devices compare equal to tensors'.
+inline torch::Device resolved_device(const torch::Device& device) {
+  if (device.has_index() || device.is_cpu()) return device;
+  return torch::empty({0}, torch::TensorOptions().device(device)).device();
+}
+
 // `t` on `device`. A CPU tensor bound for a GPU is staged in page-locked memory and copied
 // non-blocking: index tensors built on the host (MLM masks, ITM pairs, gathered ids) reach the
 // GPU without a stream synchronisation, where a plain .to(device) waits for every queued kernel.

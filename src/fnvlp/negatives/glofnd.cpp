@@ -34,7 +34,7 @@ torch::Tensor above_threshold(const torch::Tensor& cos, const torch::Tensor& neg
 }  // namespace
 
 GlofndSide::GlofndSide(data::PairRange block, const GlofndOptions& opt, torch::Device device)
-    : block_(block), opt_(opt), device_(device) {
+    : block_(block), opt_(opt), device_(resolved_device(device)) {
   FNVLP_CHECK(opt.alpha >= 0 && opt.alpha <= 1, "glofnd: alpha " << opt.alpha << " not in [0, 1]");
   FNVLP_CHECK(opt.lr > 0, "glofnd: lr must be > 0, got " << opt.lr);
   FNVLP_CHECK(opt.init >= -1 && opt.init <= 1, "glofnd: init " << opt.init << " not in [-1, 1]");
