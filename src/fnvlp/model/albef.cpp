@@ -46,27 +46,14 @@ torch::Tensor merge_heads(const torch::Tensor& ctx) {
   return ctx.transpose(1, 2).reshape({ctx.size(0), ctx.size(2), ctx.size(1) * ctx.size(3)});
 }
 
-// Scaled dot-product attention over all heads at once (Vaswani et al. 2017, eq. 1):
-//   Attention(Q, K, V) = softmax(Q K^T / sqrt(d) + M) V
-// with M the additive key mask ([B,1,1,Lk], 0 or kMaskedScore) or none.
-torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                        const torch::Tensor& additive_mask, double p, bool training) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  auto scores = torch::matmul(q, k.transpose(-2, -1));
-  // One pass for the scale and the mask: M + scale * (Q K^T).
-  scores = additive_mask.defined() ? torch::add(additive_mask, scores, scale) : scores.mul_(scale);
-  auto probs = maybe_dropout(torch::softmax(scores, -1), p, training);
-  return torch::matmul(probs, v);
-}
-
-// The fused CPU kernels (model/attention.hpp) where they apply; the matmul formulation above for
-// other devices and types, and for attention dropout in training.
+// The fused CPU kernels (model/attention.hpp) where they apply; heads_attention (SDPA or the
+// materialised scores) for other devices and types, and for attention dropout in training.
 torch::Tensor self_attention(const torch::Tensor& qkv, const torch::Tensor& additive_mask,
                              int64_t heads, double p, bool training) {
   if (fused_attention_applies(qkv) && !(p > 0.0 && training))
     return fused_self_attention(qkv, additive_mask, heads);
   const auto t = split_heads(qkv, 3, heads);
-  return merge_heads(attention(t[0], t[1], t[2], additive_mask, p, training));
+  return merge_heads(heads_attention(t[0], t[1], t[2], additive_mask, p, training));
 }
 
 // Query row b reads kv row kv_index[b] (or b where kv_index is undefined).
@@ -77,7 +64,7 @@ torch::Tensor cross_attention(const torch::Tensor& q, const torch::Tensor& kv,
     return fused_cross_attention(q, kv, heads, {}, kv_index);
   const auto qh = split_heads(q, 1, heads)[0];
   const auto t = split_heads(kv_index.defined() ? kv.index_select(0, kv_index) : kv, 2, heads);
-  return merge_heads(attention(qh, t[0], t[1], {}, p, training));
+  return merge_heads(heads_attention(qh, t[0], t[1], {}, p, training));
 }
 
 torch::Tensor additive_key_mask(const torch::Tensor& mask, torch::ScalarType dtype) {
@@ -260,8 +247,10 @@ torch::Tensor BertEmbeddingsImpl::forward(const torch::Tensor& ids) {
   // 30522 x 128, twice per step for ALBEF's two text passes). Once the weight has a dense gradient
   // to add into (the trainer's flat buffer), a sparse one is added row by row instead; the sum is
   // the same up to float rounding. Without one, the dense backward keeps optimizers that refuse
-  // sparse gradients working.
-  const bool sparse = word_.grad().defined() && word_.grad().layout() == torch::kStrided;
+  // sparse gradients working. CPU only: on a GPU adding a sparse gradient may coalesce it, whose
+  // size the host reads back (a wait per step, and what a CUDA graph cannot capture).
+  const bool sparse =
+      word_.is_cpu() && word_.grad().defined() && word_.grad().layout() == torch::kStrided;
   auto x = torch::embedding(word_, ids, /*padding_idx=*/-1, /*scale_grad_by_freq=*/false, sparse) +
            (position_.narrow(0, 0, L) + token_type_[0]);
   return maybe_dropout(model::layer_norm(x, norm_), dropout_, is_training());
@@ -529,11 +518,12 @@ torch::Tensor AlbefImpl::fuse_at(const torch::Tensor& text_hidden, const torch::
                                                                 << fusion_layers_.size()
                                                                 << " fusion layers");
   const int64_t Bi = keys.empty() ? Bt : keys[0].size(0);
-  // The indices may come on the host (the trainer builds them there: no read back from a GPU)
-  // or on the model's device; the checks and the slot planning read them on the host.
+  // The indices may come on the host (the eager trainer builds them there: no read back from a
+  // GPU) or on the model's device (the static step draws them there, within range by
+  // construction): only host indices are checked, a check of device ones would wait for the GPU.
   auto check_index = [](const torch::Tensor& index, int64_t rows, const char* what) {
-    if (!index.defined()) return;
-    const torch::Tensor h = index.to(torch::kCPU);
+    if (!index.defined() || !index.device().is_cpu()) return;
+    const torch::Tensor& h = index;
     FNVLP_CHECK(h.dim() == 1 && (h.numel() == 0 ||
                                  (h.min().item<int64_t>() >= 0 && h.max().item<int64_t>() < rows)),
                 "fuse_at: " << what << " must be [P] in [0, " << rows << ")");

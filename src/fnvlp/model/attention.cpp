@@ -2,6 +2,9 @@
 
 #include <ATen/Parallel.h>
 #include <cblas.h>
+#include <torch/version.h>
+
+#include <atomic>
 
 #include <algorithm>
 #include <cmath>
@@ -244,6 +247,76 @@ void check_input(const torch::Tensor& t, int64_t parts, const char* what) {
 }
 
 }  // namespace
+
+namespace {
+std::atomic<AttentionKernel> chosen_kernel{AttentionKernel::kAuto};
+// BERT's masked score (albef.cpp): exp(-1e4 + s - max) is exactly 0 in float32.
+constexpr double kMaskedScore = -1e4;
+// Key rows per tensor-core-friendly block: 8 bf16 (16 bytes) keep a GEMM's leading dimension
+// aligned for cuBLAS's vectorised kernels.
+constexpr int64_t kCudaKeyAlign = 8;
+}  // namespace
+
+bool sdpa_built() {
+#if TORCH_VERSION_MAJOR >= 2
+  return true;
+#else
+  return false;
+#endif
+}
+
+void set_attention_kernel(AttentionKernel kernel) {
+  FNVLP_CHECK(kernel != AttentionKernel::kSdpa || sdpa_built(),
+              "attention kernel sdpa needs libtorch >= 2.0 (at::scaled_dot_product_attention); "
+              "this is libtorch " TORCH_VERSION ": use auto or materialised");
+  chosen_kernel = kernel;
+}
+
+AttentionKernel attention_kernel() { return chosen_kernel; }
+
+torch::Tensor materialised_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                     const torch::Tensor& v, const torch::Tensor& additive_mask,
+                                     double p, bool training, int64_t key_align) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  const int64_t Lk = k.size(-2), pad = (key_align - Lk % key_align) % key_align;
+  torch::Tensor keys = k, values = v, mask = additive_mask;
+  if (pad > 0) {
+    keys = at::constant_pad_nd(k, {0, 0, 0, pad});
+    values = at::constant_pad_nd(v, {0, 0, 0, pad});
+    mask = mask.defined() ? at::constant_pad_nd(mask, {0, pad}, kMaskedScore)
+                          : at::constant_pad_nd(torch::zeros({1, 1, 1, Lk}, q.options()), {0, pad},
+                                                kMaskedScore);
+  }
+  auto scores = torch::matmul(q, keys.transpose(-2, -1));
+  // One pass for the scale and the mask: M + scale * (Q K^T).
+  scores = mask.defined() ? torch::add(mask, scores, scale) : scores.mul_(scale);
+  auto probs = torch::softmax(scores, -1);
+  if (p > 0.0 && training) probs = torch::dropout(probs, p, /*train=*/true);
+  return torch::matmul(probs, values);
+}
+
+torch::Tensor sdpa_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const torch::Tensor& additive_mask, double p, bool training) {
+#if TORCH_VERSION_MAJOR >= 2
+  std::optional<at::Tensor> mask;
+  if (additive_mask.defined()) mask = additive_mask;
+  return at::scaled_dot_product_attention(q, k, v, mask, training ? p : 0.0);
+#else
+  FNVLP_FAIL("sdpa_attention needs libtorch >= 2.0; this is libtorch " TORCH_VERSION);
+#endif
+}
+
+torch::Tensor heads_attention(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, const torch::Tensor& additive_mask, double p,
+                              bool training) {
+  const AttentionKernel kernel = chosen_kernel;
+  const bool sdpa = kernel == AttentionKernel::kSdpa ||
+                    (kernel == AttentionKernel::kAuto && sdpa_built() && q.is_cuda() &&
+                     !at::globalContext().deterministicAlgorithms());
+  if (sdpa) return sdpa_attention(q, k, v, additive_mask, p, training);
+  return materialised_attention(q, k, v, additive_mask, p, training,
+                                q.is_cuda() ? kCudaKeyAlign : 1);
+}
 
 bool fused_attention_applies(const torch::Tensor& t) {
   return t.device().is_cpu() && t.scalar_type() == torch::kFloat && t.layout() == torch::kStrided;

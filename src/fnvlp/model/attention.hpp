@@ -13,7 +13,43 @@
 // Results agree with the matmul formulation to float rounding (tests/unit/model/test_attention).
 #include <torch/torch.h>
 
+#include "fnvlp/core/config_fields.hpp"
+
 namespace fnvlp::model {
+
+// How attention is computed where the fused CPU kernels below do not apply (CUDA, bf16, attention
+// dropout in training), on heads q [B, h, Lq, d], k and v [B, h, Lk, d]:
+//   sdpa:         at::scaled_dot_product_attention (libtorch >= 2.0): flash, memory-efficient or
+//                 cuDNN kernels on CUDA, the [Lq, Lk] scores never in memory, dropout drawn inside
+//                 the kernel;
+//   materialised: softmax(scale Q K^T + M) V through batched matmuls, with the scores in memory.
+//                 On CUDA the keys and values are padded with masked rows to a multiple of 8 (257
+//                 image tokens, 30 text tokens), so every bf16 GEMM has aligned leading dimensions
+//                 (tensor-core kernels); a padded key gets exactly zero weight.
+//   auto:         sdpa on CUDA where this libtorch has it and deterministic algorithms are off
+//                 (the fused backward kernels sum in a varying order unless PyTorch's strict
+//                 deterministic mode is on); materialised otherwise.
+FNVLP_CONFIG_ENUM(AttentionKernel, (kAuto, "auto"), (kSdpa, "sdpa"),
+                  (kMaterialised, "materialised"))
+
+// Process-wide choice (train.attention); throws for sdpa without a libtorch that has it.
+void set_attention_kernel(AttentionKernel kernel);
+AttentionKernel attention_kernel();
+// True when this libtorch has at::scaled_dot_product_attention (>= 2.0).
+bool sdpa_built();
+
+// softmax(Q K^T / sqrt(d) + M) V per head, with dropout p on the weights in training; M additive,
+// broadcastable to [B, h, Lq, Lk] (BERT's 0 / -1e4 key mask [B, 1, 1, Lk]) or undefined. Returns
+// [B, h, Lq, d]. The kernel as set_attention_kernel chose for q's device.
+torch::Tensor heads_attention(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, const torch::Tensor& additive_mask, double p,
+                              bool training);
+// The two kernels, for tests and benchmarks. key_align: pad the keys to a multiple of it (1: none).
+torch::Tensor materialised_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                     const torch::Tensor& v, const torch::Tensor& additive_mask,
+                                     double p, bool training, int64_t key_align);
+torch::Tensor sdpa_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const torch::Tensor& additive_mask, double p, bool training);
 
 // True when the fused kernels apply: CPU float32 tensors. Anything else (CUDA, half, double) takes
 // the libtorch formulation, as does attention dropout during training.
