@@ -35,7 +35,8 @@
 #   FNVLP_TWIN_DEVICE (cuda; cpu: a dry run of the driver), FNVLP_TWIN_PRESETS ("tiny small base"),
 #   FNVLP_TWIN_PRECISIONS ("fp32 bf16"), FNVLP_TWIN_MODES ("eager compile"; "best" adds the
 #   best-PyTorch cells),
-#   FNVLP_TWIN_BIG_BATCH ("tiny:256 small:256"; empty: config batches only), FNVLP_TWIN_STEPS (20),
+#   FNVLP_TWIN_BIG_BATCH ("tiny:256 small:256"; empty: config batches only), FNVLP_TWIN_BEST
+#   (PRESET:BATCH cells of mode best, e.g. "base:32 base:64"; unset: all), FNVLP_TWIN_STEPS (20),
 #   FNVLP_TWIN_WARMUP (3), FNVLP_TWIN_COMPILE_WARMUP (5), FNVLP_TWIN_BUDGET (450),
 #   FNVLP_TWIN_CELL_LIMIT (120), FNVLP_TWIN_COMPILE_LIMIT (240), FNVLP_TWIN_TF32 (0),
 #   FNVLP_TWIN_PEAK_BF16 (989), FNVLP_TWIN_PEAK_FP32 (67, or 494 with TF32),
@@ -60,6 +61,9 @@ presets = env("FNVLP_TWIN_PRESETS", "tiny small base").split()
 precisions = env("FNVLP_TWIN_PRECISIONS", "fp32 bf16").split()
 modes = env("FNVLP_TWIN_MODES", "eager compile").split()
 big = dict(x.split(":") for x in env("FNVLP_TWIN_BIG_BATCH", "tiny:256 small:256").split())
+# "best" cells only for these PRESET:BATCH (unset: every bf16 cell): each compiles for a minute.
+best_only = env("FNVLP_TWIN_BEST")
+best_only = set(best_only.split()) if best_only is not None else None
 steps, warmup = int(env("FNVLP_TWIN_STEPS", "20")), int(env("FNVLP_TWIN_WARMUP", "3"))
 compile_warmup = int(env("FNVLP_TWIN_COMPILE_WARMUP", "5"))
 budget = float(env("FNVLP_TWIN_BUDGET", "450"))
@@ -123,8 +127,10 @@ for mode in [m for m in MODES if m in modes]:
             for preset in presets:
                 batch = batch_cfg[preset] if size == "config" else big.get(preset)
                 for prec in group:
-                    if batch is not None:
-                        cells.append((preset, int(batch), prec, mode))
+                    if batch is None or (mode == "best" and best_only is not None and
+                                         "%s:%s" % (preset, batch) not in best_only):
+                        continue
+                    cells.append((preset, int(batch), prec, mode))
 
 open(jsonl, "w").close()
 with open(log, "w") as f:

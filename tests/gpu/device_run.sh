@@ -47,7 +47,8 @@ check() {  # NAME COMMAND...: runs one check, one summary line per check
 }
 for part in "$@"; do
   case $part in
-  equivalence | bf16 | kill_resume | shared_gpu | no_cuda | profile)
+  equivalence | bf16 | kill_resume | shared_gpu | no_cuda | profile | graphs | graphs_resume | \
+    graphs_nan | sdpa)
     check "gpu_$part" bash "$root/tests/gpu/gpu_pretrain.sh" "$part" "$bin" "$dir/vocab.txt" "$root"
     ;;
   nccl) check nccl_np1 mpirun --oversubscribe -np 1 "$bin/tests/mpi/fnvlp_nccl_tests" ;;
@@ -56,7 +57,8 @@ for part in "$@"; do
       "$bin/tests/golden/fnvlp_golden_tests"
     check nccl_np1 mpirun --oversubscribe -np 1 "$bin/tests/mpi/fnvlp_nccl_tests"
     check unit_cuda "$bin/tests/fnvlp_unit_tests" --gtest_filter='*Cuda*'
-    for c in equivalence bf16 kill_resume shared_gpu no_cuda profile; do
+    for c in equivalence bf16 kill_resume shared_gpu no_cuda profile graphs graphs_resume graphs_nan \
+      sdpa; do
       check "gpu_$c" bash "$root/tests/gpu/gpu_pretrain.sh" "$c" "$bin" "$dir/vocab.txt" "$root"
     done
     ;;

@@ -6,6 +6,13 @@
 #   shared_gpu   2 ranks on one GPU with comm.backend=mpi (host-staged collectives) vs 2 CPU ranks
 #   bf16         CUDA bf16 vs CUDA fp32: step 1 within 3e-2, finite and learning over 30 steps
 #   kill_resume  100 deterministic CUDA steps, SIGKILL at step 50, --resume auto: bitwise equal
+#   graphs       the static step on CUDA against the eager step (ITM argmax: within 1e-4, then
+#                2e-3) and against its CUDA graphs (train.cuda_graphs), fp32 and bf16: bitwise
+#   graphs_resume  60 graphed steps, SIGKILL at step 30, --resume auto: bitwise equal
+#   graphs_nan   a NaN at a replayed step: skipped on the device flag, the weights bitwise those
+#                of a run that stops before it
+#   sdpa         train.attention=sdpa (fused kernels) against materialised scores, fp32 (1e-4,
+#                then 2e-3) and bf16 (3e-2), train.deterministic=false
 #   profile      train.profile_steps: a Chrome trace of the profiled steps (their kernels on a
 #                GPU) that tests/bench/trace_summary.py reads; on a GPU, a 1-rank step waits for
 #                it at most 5 times; with libtorch 1.13 a usage error (runs anywhere: on the GPU
@@ -145,6 +152,64 @@ kill_resume)
   expect "resumed from .*step-0000050 \(step 50," "$work/a.txt"
   compare ref a 0 0
   echo "  bitwise equal after the resume at step 50"
+  ;;
+graphs)
+  need_gpu
+  make_data
+  g=(--set train.max_steps=12 --set train.device=cuda --set loss.itm_negatives=argmax)
+  run eager 1 "${g[@]}"
+  run static 1 "${g[@]}" --set train.static_step=true
+  run graphs 1 "${g[@]}" --set train.cuda_graphs=true
+  expect "cuda_graphs: captured the step" "$work/graphs.txt"
+  compare eager static 1e-4 2e-3
+  compare static graphs 0 0
+  run static16 1 "${g[@]}" --set train.static_step=true --set train.precision=bf16
+  run graphs16 1 "${g[@]}" --set train.cuda_graphs=true --set train.precision=bf16
+  compare static16 graphs16 0 0
+  echo "  graph replays bitwise equal to the eager static step, fp32 and bf16"
+  ;;
+graphs_resume)
+  need_gpu
+  make_data
+  g=(--set train.max_steps=60 --set train.device=cuda --set train.cuda_graphs=true)
+  run ref 1 "${g[@]}"
+  set +e
+  FNVLP_FAULT="step.kill:30:0" timeout 600 "${mpirun1[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" \
+    --out "$work/a" "${g[@]}" --set checkpoint.every_steps=10 >"$work/a-killed.txt" 2>&1
+  rc=$?
+  set -e
+  [ "$rc" -ne 0 ] || fail "the killed run succeeded"
+  run a 1 "${g[@]}" --set checkpoint.every_steps=10 --resume auto
+  expect "resumed from .*step-0000030 \(step 30," "$work/a.txt"
+  compare ref a 0 0
+  echo "  bitwise equal after the resume at step 30, CUDA graphs on"
+  ;;
+graphs_nan)
+  need_gpu
+  make_data
+  g=(--set train.device=cuda --set train.cuda_graphs=true --set checkpoint.every_steps=0)
+  run nan 1 "${g[@]}" --set train.max_steps=7 --set fault.nonfinite_step=6
+  run before 1 "${g[@]}" --set train.max_steps=6
+  cmp "$work/nan/checkpoints/step-0000007/model.pt" \
+    "$work/before/checkpoints/step-0000006/model.pt" || fail "the skipped step changed the weights"
+  "$py" - "$work/nan" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1] + "/summary.json"))
+assert s["skipped_steps"] == 1, s
+PY
+  echo "  a NaN at a replayed step: skipped, weights unchanged"
+  ;;
+sdpa)
+  need_gpu
+  make_data
+  a=(--set train.max_steps=8 --set train.device=cuda --set train.deterministic=false
+    --set loss.itm_negatives=argmax --set model.dropout=0)
+  run mat 1 "${a[@]}" --set train.attention=materialised
+  run sdpa 1 "${a[@]}" --set train.attention=sdpa
+  compare mat sdpa 1e-4 2e-3
+  run mat16 1 "${a[@]}" --set train.attention=materialised --set train.precision=bf16
+  run sdpa16 1 "${a[@]}" --set train.attention=sdpa --set train.precision=bf16
+  compare mat16 sdpa16 3e-2 1
   ;;
 profile)
   make_data

@@ -67,7 +67,7 @@ Direction one_direction(const torch::Tensor& logits, const torch::Tensor& positi
                         const torch::Tensor& hard, const torch::Tensor& exclude,
                         const torch::Tensor& weight, SoftTargets mode,
                         const torch::Tensor& soft_given, const torch::Tensor& pseudo_source,
-                        double alpha) {
+                        double alpha, const torch::Tensor& alpha_t) {
   torch::Tensor z = logits;
   torch::Tensor allowed = torch::ones_like(positive);
   if (weight.defined()) {
@@ -86,7 +86,7 @@ Direction one_direction(const torch::Tensor& logits, const torch::Tensor& positi
   torch::Tensor logp = torch::log_softmax(z, 1).masked_fill(~allowed, 0.0);
 
   torch::Tensor target = hard;
-  if (mode != SoftTargets::kNone && alpha > 0) {
+  if (mode != SoftTargets::kNone && (alpha_t.defined() || alpha > 0)) {
     torch::Tensor soft;
     if (mode == SoftTargets::kGiven) {
       soft = soft_given.detach().to(logits.dtype()) * allowed;
@@ -96,7 +96,8 @@ Direction one_direction(const torch::Tensor& logits, const torch::Tensor& positi
     } else {
       soft = soft_targets_from_sim(pseudo_source, allowed);
     }
-    target = (1.0 - alpha) * hard + alpha * soft;
+    target = alpha_t.defined() ? (1.0 - alpha_t) * hard + alpha_t * soft
+                               : (1.0 - alpha) * hard + alpha * soft;
   }
 
   Direction d;
@@ -192,9 +193,9 @@ ItcResult itc_loss(const ItcInputs& in) {
   // t2i row (t_i against every image j), and vice versa. Using the same direction's own detached
   // logits would give a zero gradient: d/dz of -sum_j sg(p_j) log p_j is p - sg(p) = 0.
   Direction i2t = one_direction(logits_i2t, r.positive, hard, in.exclude_i2t, in.weight_i2t,
-                                in.soft, in.soft_i2t, r.sim_t2i, in.soft_weight);
+                                in.soft, in.soft_i2t, r.sim_t2i, in.soft_weight, in.soft_weight_t);
   Direction t2i = one_direction(logits_t2i, r.positive, hard, in.exclude_t2i, in.weight_t2i,
-                                in.soft, in.soft_t2i, r.sim_i2t, in.soft_weight);
+                                in.soft, in.soft_t2i, r.sim_i2t, in.soft_weight, in.soft_weight_t);
   r.loss_i2t = i2t.loss;
   r.loss_t2i = t2i.loss;
   r.loss = (i2t.loss + t2i.loss) / 2;

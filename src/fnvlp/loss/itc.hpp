@@ -64,6 +64,9 @@ struct ItcInputs {
   SoftTargets soft = SoftTargets::kPseudo;
   torch::Tensor soft_i2t, soft_t2i;  // [b, N] rows summing to 1 (only with SoftTargets::kGiven)
   double soft_weight = 0.4;          // ALBEF alpha: target = (1 - a) * hard + a * soft
+  // Optional: alpha as a 0-dim float tensor on the embeddings' device, replacing soft_weight (a
+  // step captured in a CUDA graph reads the warm-up ramp's value from memory, not from the host).
+  torch::Tensor soft_weight_t;
   // Make img_all/txt_all autograd leaves so that itc_gathered_grads() can read the gradient this
   // rank's anchors send to every global row (needed with more than one rank, see above).
   bool cross_rank_grad = false;

@@ -1,6 +1,7 @@
 #include "fnvlp/loss/itm.hpp"
 
 #include <limits>
+#include <utility>
 
 #include "fnvlp/core/device_copy.hpp"
 #include "fnvlp/core/error.hpp"
@@ -42,6 +43,32 @@ torch::Tensor sample_rows(const torch::Tensor& s, const torch::Tensor& same_imag
     idx = torch::multinomial(p, 1, /*replacement=*/false, gen).squeeze(1);
   }
   return torch::where(has, idx, torch::full_like(idx, -1));
+}
+
+// draw_itm_pairs' rows: one candidate per row of s [b, b] on s's device, and whether it is valid.
+std::pair<torch::Tensor, torch::Tensor> draw_rows(const torch::Tensor& s,
+                                                  const torch::Tensor& same_image,
+                                                  const torch::Tensor& exclude,
+                                                  ItmNegativeMode mode) {
+  torch::Tensor valid = ~same_image & s.isfinite();
+  if (exclude.defined()) valid = valid & ~exclude;
+  const torch::Tensor has = valid.any(1);
+  torch::Tensor z = s.masked_fill(~valid, -std::numeric_limits<double>::infinity());
+  z = torch::where(has.unsqueeze(1), z, torch::zeros_like(z));
+  torch::Tensor idx;
+  if (mode == ItmNegativeMode::kArgmax) {
+    idx = z.argmax(1);
+  } else {
+    // p_j / E_j with p_j = 0 off the valid set: an invalid j never wins while a valid one exists.
+    const torch::Tensor p = (torch::softmax(z, 1) + 1e-5) * valid;
+    // E clamped away from 0: p / 0 would be inf for a valid and NaN (argmax's pick) for an
+    // invalid candidate; the clamp changes the distribution only below 1e-38.
+    const torch::Tensor e =
+        torch::empty_like(p).exponential_().clamp_min_(std::numeric_limits<float>::min());
+    idx = (p / e).argmax(1);
+  }
+  const torch::Tensor self = torch::arange(s.size(0), idx.options());
+  return {torch::where(has, idx, self), has};
 }
 
 void check_square(const torch::Tensor& t, int64_t b, const char* name) {
@@ -88,6 +115,33 @@ ItmNegatives sample_itm_negatives(const torch::Tensor& sim_i2t_local,
   return out;
 }
 
+ItmPairs draw_itm_pairs(const torch::Tensor& sim_i2t_local, const torch::Tensor& sim_t2i_local,
+                        const torch::Tensor& image_id, const torch::Tensor& exclude_i2t,
+                        const torch::Tensor& exclude_t2i, ItmNegativeMode mode) {
+  FNVLP_CHECK(image_id.defined() && image_id.dim() == 1, "itm: image_id must be [b]");
+  const int64_t b = image_id.size(0);
+  check_square(sim_i2t_local, b, "sim_i2t_local");
+  check_square(sim_t2i_local, b, "sim_t2i_local");
+  check_square(exclude_i2t, b, "exclude_i2t");
+  check_square(exclude_t2i, b, "exclude_t2i");
+  torch::NoGradGuard no_grad;
+  const torch::Tensor same = image_id.unsqueeze(1).eq(image_id.unsqueeze(0));
+  // Texts first, as sample_itm_negatives.
+  const auto [neg_image, has_image] =
+      draw_rows(sim_t2i_local.detach().to(torch::kFloat), same, exclude_t2i, mode);
+  const auto [neg_text, has_text] =
+      draw_rows(sim_i2t_local.detach().to(torch::kFloat), same, exclude_i2t, mode);
+  const auto opts = image_id.options().dtype(torch::kLong);
+  const torch::Tensor all = torch::arange(b, opts);
+  ItmPairs p;
+  p.image_index = torch::cat({all, neg_image, all});
+  p.text_index = torch::cat({all, all, neg_text});
+  p.labels = torch::cat({torch::ones({b}, opts), torch::zeros({2 * b}, opts)});
+  p.weight = torch::cat({torch::ones({b}, opts.dtype(torch::kFloat)), has_image.to(torch::kFloat),
+                         has_text.to(torch::kFloat)});
+  return p;
+}
+
 ItmPairs itm_pairs(const ItmNegatives& negatives) {
   const torch::Tensor& ni = negatives.neg_image_for_text;
   const torch::Tensor& nt = negatives.neg_text_for_image;
@@ -114,6 +168,18 @@ torch::Tensor itm_loss(const torch::Tensor& logits, const torch::Tensor& labels)
   if (logits.size(0) == 0) return logits.sum() * 0;  // no pairs: 0, still part of the graph
   return torch::nn::functional::cross_entropy(
       logits, to_device_async(labels.to(torch::kLong), logits.device()));
+}
+
+torch::Tensor itm_loss(const torch::Tensor& logits, const torch::Tensor& labels,
+                       const torch::Tensor& weight) {
+  FNVLP_CHECK(logits.dim() == 2 && logits.size(1) == 2 && labels.dim() == 1 &&
+                  labels.size(0) == logits.size(0) && weight.sizes() == labels.sizes(),
+              "itm_loss: logits [n, 2], labels and weight [n] expected, got "
+                  << logits.sizes() << ", " << labels.sizes() << ", " << weight.sizes());
+  namespace F = torch::nn::functional;
+  const torch::Tensor ce = F::cross_entropy(logits, labels.to(torch::kLong),
+                                            F::CrossEntropyFuncOptions().reduction(torch::kNone));
+  return (ce * weight).sum() / weight.sum();
 }
 
 }  // namespace fnvlp::loss

@@ -40,11 +40,29 @@ ItmNegatives sample_itm_negatives(const torch::Tensor& sim_i2t_local,
 // 1 for a match, 0 otherwise.
 struct ItmPairs {
   torch::Tensor image_index, text_index, labels;
+  // draw_itm_pairs only: float [3b], 1 for a pair in the loss, 0 for a placeholder negative of a
+  // row that has no valid candidate (undefined: every pair counts).
+  torch::Tensor weight;
 };
 ItmPairs itm_pairs(const ItmNegatives& negatives);
+
+// The same pairs drawn where the similarities are, with static shapes and no read back to the
+// host: what a step captured in a CUDA graph can replay. Always 3b pairs in itm_pairs' order; a row
+// without a valid candidate gets a placeholder negative (itself) of weight 0. The draw is ALBEF's
+// distribution (multinomial over softmax + 1e-5 on the valid candidates, as sample_itm_negatives)
+// by the exponential race: j = argmax_j p_j / E_j with E_j ~ Exp(1) i.i.d., P(j) = p_j / sum p
+// (the Gumbel-max trick in another form), from the default generator of the similarities' device
+// (seeded per step by seed_dropout); argmax mode draws nothing. image_id on the similarities'
+// device; exclusions optional.
+ItmPairs draw_itm_pairs(const torch::Tensor& sim_i2t_local, const torch::Tensor& sim_t2i_local,
+                        const torch::Tensor& image_id, const torch::Tensor& exclude_i2t,
+                        const torch::Tensor& exclude_t2i, ItmNegativeMode mode);
 
 // Cross-entropy of the ITM head's logits [n, 2] against labels [n] (1 = match), mean over the
 // pairs. n = 0 gives 0 with a valid graph. labels may be on the host.
 torch::Tensor itm_loss(const torch::Tensor& logits, const torch::Tensor& labels);
+// With per-pair weights (draw_itm_pairs): sum_p w_p CE_p / sum_p w_p, all on the device.
+torch::Tensor itm_loss(const torch::Tensor& logits, const torch::Tensor& labels,
+                       const torch::Tensor& weight);
 
 }  // namespace fnvlp::loss

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -58,6 +59,27 @@ MlmMasking mask_tokens(const torch::Tensor& ids, const torch::Tensor& attn, doub
   m.positions = selected.reshape({-1}).nonzero().reshape({-1});
   m.targets = to_device_async(x.reshape({-1}).masked_select(selected.reshape({-1})), to);
   return m;
+}
+
+MlmMasking pad_positions(const MlmMasking& m, int64_t rows) {
+  FNVLP_CHECK(
+      m.positions.device().is_cpu() && m.targets.device().is_cpu() && m.labels.device().is_cpu(),
+      "mlm: pad_positions takes a masking on the host");
+  const int64_t selected = m.positions.size(0), total = m.labels.numel();
+  FNVLP_CHECK(rows >= selected && rows <= total,
+              "mlm: " << rows << " padded rows for " << selected << " selected of " << total);
+  MlmMasking out = m;
+  if (rows == selected) return out;
+  const torch::Tensor unselected = m.labels.reshape({-1}).eq(-100).nonzero().reshape({-1});
+  out.positions = torch::cat({m.positions, unselected.narrow(0, 0, rows - selected)});
+  out.targets = torch::cat({m.targets, torch::full({rows - selected}, -100, m.targets.options())});
+  return out;
+}
+
+int64_t padded_rows(int64_t selected, int64_t multiple, int64_t max_rows) {
+  FNVLP_CHECK(multiple > 0 && selected >= 0 && selected <= max_rows,
+              "mlm: padded_rows(" << selected << ", " << multiple << ", " << max_rows << ")");
+  return std::min(max_rows, std::max<int64_t>(1, (selected + multiple - 1) / multiple) * multiple);
 }
 
 torch::Tensor gather_positions(const torch::Tensor& hidden, const torch::Tensor& positions) {
@@ -270,6 +292,19 @@ torch::Tensor linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& 
     return mlm_loss(torch::linear(x, weight, bias), targets);
   check_targets(t, weight.size(0));
   return LinearCrossEntropyFn::apply(x, weight, bias, t);
+}
+
+torch::Tensor padded_linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& weight,
+                                          const torch::Tensor& bias, const torch::Tensor& targets) {
+  FNVLP_CHECK(h.dim() == 2 && targets.dim() == 1 && targets.size(0) == h.size(0),
+              "padded_linear_cross_entropy: h " << h.sizes() << ", targets " << targets.sizes());
+  namespace F = torch::nn::functional;
+  const torch::Tensor t = targets.to(torch::kLong);
+  // Per row (an ignored target, -100, gives 0), then the mean over the rows that count: 0, not
+  // cross_entropy's NaN, when none does (no token selected).
+  const torch::Tensor ce = F::cross_entropy(torch::linear(h, weight, bias), t,
+                                            F::CrossEntropyFuncOptions().reduction(torch::kNone));
+  return ce.sum() / t.ne(-100).sum().clamp_min(1).to(ce.scalar_type());
 }
 
 torch::Tensor mlm_loss(const torch::Tensor& logits_at_positions, const torch::Tensor& targets) {

@@ -32,6 +32,15 @@ MlmMasking mask_tokens(const torch::Tensor& ids, const torch::Tensor& attn, doub
                        int64_t vocab_size, int64_t mask_id, const std::vector<int64_t>& never_mask,
                        torch::Generator gen, std::optional<torch::Device> device = std::nullopt);
 
+// `m` (on the host, as mask_tokens(..., torch::kCPU) gives it) with positions and targets padded to
+// `rows` >= M: the extra positions are distinct flat positions that were not selected (the first
+// ones in order), their targets -100, which cross_entropy ignores. A step of fixed shapes (one
+// captured in a CUDA graph) computes the same loss over them (padded_linear_cross_entropy).
+MlmMasking pad_positions(const MlmMasking& m, int64_t rows);
+// The padded row count for M selected tokens: M rounded up to a multiple of `multiple`, at most
+// max_rows (b * L), so that a run sees a handful of shapes.
+int64_t padded_rows(int64_t selected, int64_t multiple, int64_t max_rows);
+
 // Rows of `hidden` [b, L, D] at the flat positions [M] (on the host, as mask_tokens gives them,
 // or on hidden's device) -> [M, D] (input of the MLM head).
 torch::Tensor gather_positions(const torch::Tensor& hidden, const torch::Tensor& positions);
@@ -45,6 +54,12 @@ torch::Tensor mlm_loss(const torch::Tensor& logits_at_positions, const torch::Te
 // W's gradient into W's .grad() in place where that buffer exists (kernels/grad_accumulation.hpp).
 torch::Tensor linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& weight,
                                    const torch::Tensor& bias, const torch::Tensor& targets);
+
+// mlm_loss(h W^T + bias, targets) over targets padded with -100 (pad_positions): the mean over the
+// others (0 when none counts), on any device (libtorch's linear and cross-entropy; under autocast
+// the logits in bf16, the loss in fp32).
+torch::Tensor padded_linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& weight,
+                                          const torch::Tensor& bias, const torch::Tensor& targets);
 
 // ALBEF's distilled MLM (xbert.py BertForMaskedLM with soft_labels):
 //   L = (1 - a) * CE(logits, targets) + a * mean_m( - sum_v soft_mv log softmax(logits_m)_v )

@@ -22,7 +22,20 @@ void end_bf16_autocast(bool previous) {
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
   at::autocast::set_autocast_enabled(at::kCUDA, previous);
 }
+
+AutocastCache::AutocastCache(bool enabled) : enabled_(enabled) {
+  if (enabled_) at::autocast::increment_nesting();
+}
+
+AutocastCache::~AutocastCache() {
+  if (enabled_ && at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+}
 #else
+AutocastCache::AutocastCache(bool enabled) : enabled_(enabled) {
+  FNVLP_CHECK(!enabled, "bf16 autocast needs the CUDA build (FNVLP_GPU=1 env/build.sh)");
+}
+AutocastCache::~AutocastCache() = default;
+
 bool begin_bf16_autocast() {
   FNVLP_FAIL("bf16 autocast needs the CUDA build (FNVLP_GPU=1 env/build.sh)");
 }

@@ -27,4 +27,21 @@ class Bf16Autocast {
   bool previous_ = false;
 };
 
+// One step's cast cache: autocast keeps the bf16 copy of each fp32 weight it casts until the
+// outermost autocast scope ends. A step has several bf16 regions (the encoders, ITM, MLM) with
+// fp32 stretches between them (ITC, the methods' thresholds); under this scope the regions nest in
+// it, so a weight used in several of them (the text encoder and the fusion layers run twice) is
+// cast once per step, and one cast node carries its gradient back. Autocast itself stays off
+// outside the regions. A no-op when not enabled.
+class AutocastCache {
+ public:
+  explicit AutocastCache(bool enabled);
+  ~AutocastCache();
+  AutocastCache(const AutocastCache&) = delete;
+  AutocastCache& operator=(const AutocastCache&) = delete;
+
+ private:
+  bool enabled_;
+};
+
 }  // namespace fnvlp::model

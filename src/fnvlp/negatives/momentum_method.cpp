@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "fnvlp/model/autocast.hpp"
 #include "fnvlp/store/checkpoint.hpp"
 
 namespace fnvlp::negatives {
@@ -27,12 +28,17 @@ MomentumMethod::MomentumMethod(const MethodEnv& env, double momentum, int64_t qu
 // term is needed for the exact data-parallel gradient (loss/itc.hpp).
 bool MomentumMethod::build_itc(StepContext& s, loss::ItcInputs& in) {
   torch::NoGradGuard no_grad;
-  image_tokens_m_ = model_m_->encode_image(s.images);
   loss::MomentumItc mi;
   mi.img = s.img;
   mi.txt = s.txt;
-  mi.img_m = model_m_->image_embed(image_tokens_m_);
-  mi.txt_m = model_m_->text_embed(model_m_->encode_text(s.batch.tokens, s.batch.attention_mask));
+  {
+    // The momentum model's forward in the step's precision, its embeddings compared in fp32.
+    model::Bf16Autocast autocast(env_.bf16);
+    image_tokens_m_ = model_m_->encode_image(s.images);
+    mi.img_m = model_m_->image_embed(image_tokens_m_).to(torch::kFloat);
+    mi.txt_m = model_m_->text_embed(model_m_->encode_text(s.batch.tokens, s.batch.attention_mask))
+                   .to(torch::kFloat);
+  }
   mi.img_m_all = allgather_rows(env_.comm, mi.img_m, &mi.offset);
   mi.txt_m_all = allgather_rows(env_.comm, mi.txt_m, nullptr);
   mi.image_id = s.batch.image_id;

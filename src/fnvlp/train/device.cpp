@@ -10,8 +10,6 @@
 #include "fnvlp/comm/node_local.hpp"
 #include "fnvlp/comm/tensors.hpp"
 
-#include "fnvlp/model/autocast.hpp"
-
 #if FNVLP_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
 #endif
@@ -120,14 +118,6 @@ void check_precision(const Comm& comm, Precision precision, const torch::Device&
   if (precision == Precision::kBf16 && !device.is_cuda())
     throw UsageError("train.precision=bf16 needs a CUDA device (the device is " + device.str() +
                      "): bf16 autocast runs on CUDA only; use fp32 on the CPU");
-}
-
-AutocastScope::AutocastScope(bool enabled) : enabled_(enabled) {
-  if (enabled_) previous_ = model::begin_bf16_autocast();
-}
-
-AutocastScope::~AutocastScope() {
-  if (enabled_) model::end_bf16_autocast(previous_);
 }
 
 }  // namespace fnvlp::train

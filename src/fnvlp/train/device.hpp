@@ -42,21 +42,6 @@ DeviceChoice choose_device(const Comm& comm, DeviceKind want);
 std::unique_ptr<NcclComm> make_device_comm(const Comm& comm, const DeviceChoice& device,
                                            CommBackend backend, double timeout_s);
 
-// bf16 autocast for the forward passes of a CUDA run (matmuls and attention in bf16; softmax,
-// log-softmax and losses stay fp32 by autocast's own rules); a no-op for fp32 or the CPU.
-// Outputs read by losses and thresholds are cast back to fp32 by the caller (Trainer).
-class AutocastScope {
- public:
-  explicit AutocastScope(bool enabled);
-  ~AutocastScope();
-  AutocastScope(const AutocastScope&) = delete;
-  AutocastScope& operator=(const AutocastScope&) = delete;
-
- private:
-  bool enabled_;
-  bool previous_ = false;
-};
-
 // CUDA math settings: fp32 matmuls and convolutions in full fp32 (no TF32: bf16 autocast is the
 // one reduced precision, and only when asked for); train.deterministic: deterministic ATen/cuDNN
 // algorithms (a warning names any op that has none) with cuBLAS's fixed workspaces. The CPU path

@@ -169,4 +169,82 @@ bool adamw_step(torch::optim::AdamW& opt, FlatGradients& grads, double clip) {
   return fused_adamw_step(opt, clip > 0 ? grads.clip_factor(clip) : 1.0f);
 }
 
+bool FlaggedAdamW::ready(const torch::optim::AdamW& opt) {
+  const auto& states = opt.state();
+  for (const auto& group : opt.param_groups())
+    for (const auto& p : group.params())
+      if (p.grad().defined() && states.find(optimizer_state_key(opt, p)) == states.end())
+        return false;
+  return true;
+}
+
+FlaggedAdamW::FlaggedAdamW(torch::optim::AdamW& opt, FlatGradients& grads, double clip,
+                           bool device_kernel)
+    : opt_(opt),
+      grads_(grads),
+      clip_(clip),
+      device_kernel_(device_kernel || grads.buffer().is_cuda()) {
+  FNVLP_CHECK(ready(opt), "FlaggedAdamW: the optimizer has no state yet (take a first step)");
+  FNVLP_CHECK(!device_kernel_ || multi_tensor_adamw_available(),
+              "FlaggedAdamW: the device kernel needs libtorch >= 2.0 (at::_fused_adamw_)");
+  if (!device_kernel_) return;
+  std::vector<double> counts;
+  for (auto& group : opt.param_groups()) {
+    Group gr;
+    gr.options = &static_cast<const torch::optim::AdamWOptions&>(group.options());
+    FNVLP_CHECK(!gr.options->amsgrad(), "FlaggedAdamW: amsgrad is not supported");
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      auto* st = static_cast<torch::optim::AdamWParamState*>(
+          opt.state().at(optimizer_state_key(opt, p)).get());
+      gr.p.push_back(p);
+      gr.g.push_back(p.grad());
+      gr.m.push_back(st->exp_avg());
+      gr.v.push_back(st->exp_avg_sq());
+      gr.st.push_back(st);
+      counts.push_back(static_cast<double>(st->step()));
+    }
+    groups_.push_back(std::move(gr));
+  }
+  const auto dev = grads.buffer().options();
+  steps_ = torch::tensor(counts, torch::kDouble).to(dev.dtype(torch::kFloat));
+  int64_t i = 0;
+  for (auto& gr : groups_)
+    for (size_t k = 0; k < gr.p.size(); ++k) gr.steps.push_back(steps_[i++]);
+}
+
+void FlaggedAdamW::step(const torch::Tensor& lr, const torch::Tensor& finite) {
+  torch::NoGradGuard no_grad;
+  if (!device_kernel_) {  // CPU tensors: reading them costs no wait
+    if (finite.item<float>() == 0.0f) return;
+    const double rate = lr.item<double>();
+    for (auto& group : opt_.param_groups())
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(rate);
+    adamw_step(opt_, grads_, clip_);
+    return;
+  }
+#if TORCH_VERSION_MAJOR >= 2
+  std::optional<at::Tensor> divisor;
+  if (clip_ > 0) divisor = grads_.clip_divisor(clip_);
+  const torch::Tensor found_inf = 1.0f - finite.to(torch::kFloat);
+  steps_.add_(finite.to(torch::kFloat));  // a skipped step leaves the counts as they were
+  for (auto& gr : groups_) {
+    if (gr.p.empty()) continue;
+    const auto& o = *gr.options;
+    at::_fused_adamw_(gr.p, gr.g, gr.m, gr.v, /*max_exp_avg_sqs=*/{}, gr.steps, lr,
+                      std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(), o.eps(),
+                      /*amsgrad=*/false, /*maximize=*/false, divisor, found_inf);
+  }
+#endif
+}
+
+void FlaggedAdamW::sync_host_steps() {
+  if (!device_kernel_) return;
+  const torch::Tensor counts = steps_.to(torch::kCPU, torch::kDouble);
+  const double* c = counts.data_ptr<double>();
+  int64_t i = 0;
+  for (auto& gr : groups_)
+    for (auto* st : gr.st) st->step(static_cast<int64_t>(c[i++]));
+}
+
 }  // namespace fnvlp::train

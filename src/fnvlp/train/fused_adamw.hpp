@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "fnvlp/train/grad_sync.hpp"
 
@@ -45,6 +46,40 @@ bool multi_tensor_adamw_step(torch::optim::AdamW& opt, const torch::Tensor& grad
 // (where this libtorch has it), fused_adamw_step otherwise; clip > 0 clips by the global norm of
 // `grads`'s buffer inside the step. Returns whether a fused path took it.
 bool adamw_step(torch::optim::AdamW& opt, FlatGradients& grads, double clip);
+
+// AdamW for a step that decides on the device whether it is taken (train.static_step and CUDA
+// graphs): nothing is read back to the host. The learning rate comes from a 0-dim tensor, each
+// parameter's step count lives in a device tensor (the optimizer state's host counts are refreshed
+// by sync_host_steps), and a step whose `finite` flag is 0 changes nothing: parameters, moments and
+// counts. device_kernel (CUDA parameters by default): one at::_fused_adamw_ per group with
+// found_inf = 1 - finite and clipping as its grad_scale (libtorch >= 2.0); otherwise the flag and
+// the learning rate are read on the host (CPU tensors: no wait) and adamw_step runs or not.
+class FlaggedAdamW {
+ public:
+  // Needs the optimizer's state (taken after its first step, or a resume): call ready() first.
+  FlaggedAdamW(torch::optim::AdamW& opt, FlatGradients& grads, double clip,
+               bool device_kernel = false);
+  // Whether every parameter with a gradient has its AdamW state.
+  static bool ready(const torch::optim::AdamW& opt);
+  // lr, finite: 0-dim float tensors on the parameters' device (finite: 1 taken, 0 skipped).
+  void step(const torch::Tensor& lr, const torch::Tensor& finite);
+  // The device step counts into the optimizer state (before it is saved or read).
+  void sync_host_steps();
+  bool device_kernel() const { return device_kernel_; }
+
+ private:
+  struct Group {
+    std::vector<torch::Tensor> p, g, m, v, steps;
+    std::vector<torch::optim::AdamWParamState*> st;
+    const torch::optim::AdamWOptions* options = nullptr;
+  };
+  torch::optim::AdamW& opt_;
+  FlatGradients& grads_;
+  double clip_;
+  bool device_kernel_;
+  std::vector<Group> groups_;
+  torch::Tensor steps_;  // float [parameters], every group's counts (device_kernel)
+};
 
 // A parameter's key in libtorch's optimizer state map: its TensorImpl's address, printed
 // (libtorch 1.x, std::string keys) or as the pointer itself (2.x, void* keys).

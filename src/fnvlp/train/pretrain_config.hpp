@@ -8,6 +8,7 @@
 #include "fnvlp/core/config.hpp"
 #include "fnvlp/core/config_fields.hpp"
 #include "fnvlp/data/augment.hpp"
+#include "fnvlp/model/attention.hpp"
 #include "fnvlp/model/model_config.hpp"
 #include "fnvlp/negatives/method_config.hpp"
 #include "fnvlp/store/checkpoint.hpp"
@@ -123,6 +124,15 @@ struct TrainConfig {
       (DeviceKind, device, DeviceKind::kAuto),
       // bf16: autocast of the forward passes on CUDA; fp32 master weights, optimizer and losses
       (Precision, precision, Precision::kFp32),
+      // attention off the fused CPU kernels: auto | sdpa | materialised (model/attention.hpp)
+      (model::AttentionKernel, attention, model::AttentionKernel::kAuto),
+      // The static step (train/static_step.cpp): shapes fixed from step to step, ITM negatives
+      // drawn on the device, the skip of a non-finite step decided there, losses read once per
+      // log line. What cuda_graphs captures; eager on its own (any device), for comparisons.
+      (bool, static_step, false),
+      // CUDA graphs of the static step (train/step_graphs.hpp): captured once per shape, then one
+      // launch per step. Implies static_step; needs train.device=cuda.
+      (bool, cuda_graphs, false),
       (int64_t, log_every, 10, config::at_least(1)),
       (int64_t, prefetch, 3, config::at_least(0)),  // batches read ahead by the loader thread
       (bool, export_embeddings, true),  // embeddings/epoch-EEE.h5 at every epoch end

@@ -22,6 +22,7 @@
 #include "fnvlp/loss/itm.hpp"
 #include "fnvlp/loss/mlm.hpp"
 #include "fnvlp/model/albef.hpp"
+#include "fnvlp/model/autocast.hpp"
 #include "fnvlp/negatives/fn_rate.hpp"
 #include "fnvlp/negatives/grouped_sampler.hpp"
 #include "fnvlp/store/components.hpp"
@@ -34,6 +35,7 @@
 #include "fnvlp/train/methods.hpp"
 #include "fnvlp/train/schedule.hpp"
 #include "fnvlp/train/signals.hpp"
+#include "fnvlp/train/step_graphs.hpp"
 #include "fnvlp/train/step_profiler.hpp"
 #include "fnvlp/train/step_telemetry.hpp"
 #include "fnvlp/train/trainer_impl.hpp"
@@ -94,6 +96,7 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
   upload_ = BatchUpload(device_.device);
   check_precision(comm_, cfg_.train.precision, device_.device);
   configure_cuda_math(device_.device, cfg_.train.deterministic);
+  model::set_attention_kernel(cfg_.train.attention);
   nccl_ = make_device_comm(comm_, device_, cfg_.comm.backend, cfg_.comm.timeout_s);
   set_device_collectives(comm_, nccl_.get());
   if (comm_.is_root())
@@ -136,6 +139,7 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
   schedule_steps_ = planned_steps(schedule_ranks_, schedule_batch_);
   total_steps_ = last_step();
   register_components();
+  init_static_step();
 }
 
 Trainer::~Trainer() { set_device_collectives(comm_, nullptr); }
@@ -225,9 +229,11 @@ int Trainer::run(Watchdog& dog) {
     dog.beat(step_, "step");
     profiler.before_step(step_);
     const CommTraffic before = traffic();
-    const StepLosses losses = train_step(batch);
+    if (static_)
+      static_train_step(batch);  // its losses reach the telemetry at the next log line
+    else
+      telemetry_.add(train_step(batch), batch.size() * comm_.size());
     step_traffic_ += traffic() - before;
-    telemetry_.add(losses, batch.size() * comm_.size());
     profiler.after_step(step_);
     ++step_;
     ++step_in_epoch_;
@@ -259,6 +265,7 @@ int Trainer::run(Watchdog& dog) {
     sampler_state_ = loader.state();
     save_checkpoint(dog);
   }
+  if (static_) flush_static_losses();
   dog.stop();
   metrics.close();
   RunSummary s = telemetry_.summary(status, step_, skips_.total());
@@ -268,199 +275,6 @@ int Trainer::run(Watchdog& dog) {
   return s.exit_code;
 }
 
-// One optimizer step (or a skipped one), read top to bottom. Returns this rank's losses.
-StepLosses Trainer::train_step(const data::Batch& host_batch) {
-  begin_step(host_batch);
-  const data::Batch batch = upload_.finish(host_batch);
-  StepContext s{batch, host_batch, clock_, step_, epoch_, total_steps_};
-  for (auto& m : methods_) s.want_plain_mlm = s.want_plain_mlm || m->needs_plain_mlm();
-  s.images = batch.prepared;  // augmented for this step by the loader (run())
-  clock_.lap(StepClock::kBatch);
-
-  const loss::ItcInputs in = itc_inputs(s);  // ITC against the global batch, methods applied
-  const loss::ItcResult itc = loss::itc_loss(in);
-  std::vector<torch::Tensor> image_keys;
-  {
-    AutocastScope autocast(bf16());
-    image_keys = model_->image_keys(s.image_tokens);
-  }
-  const torch::Tensor itm = itm_loss(s, in, itc, image_keys);  // ITM with hard negatives
-  const torch::Tensor mlm = mlm_loss(s, image_keys);           // MLM on masked captions
-  torch::Tensor total =
-      cfg_.loss.itc_weight * itc.loss + cfg_.loss.itm_weight * itm + cfg_.loss.mlm_weight * mlm;
-  std::vector<negatives::NamedLoss> extra;  // the methods' own losses (TCL)
-  for (auto& m : methods_) m->extra_losses(s, extra);
-  for (const auto& e : extra) total = total + e.weight * e.value;
-  // Every loss in one copy to the host: each read of a GPU scalar waits for the queued work.
-  std::vector<torch::Tensor> parts = {itc.loss, itm, mlm, total};
-  for (const auto& e : extra) parts.push_back(e.value);
-  for (auto& p : parts) p = p.detach().to(torch::kDouble).reshape({});
-  const torch::Tensor values = torch::stack(parts).to(torch::kCPU);
-  const double* v = values.data_ptr<double>();
-  StepLosses out{v[0], v[1], v[2], v[3], {}};
-  for (size_t i = 0; i < extra.size(); ++i) out.extra.emplace_back(extra[i].name, v[4 + i]);
-  clock_.lap(StepClock::kForward);
-  if (step_ == cfg_.fault.nonfinite_step && comm_.rank() == cfg_.fault.nonfinite_rank)
-    out.total = std::nan("");
-  if (fault::point("step.nan", step_)) out.total = std::nan("");
-  // Every rank takes the same decision: a NaN on one rank would otherwise poison the
-  // averaged gradient of all.
-  const bool finite = all_finite(comm_, out.total);
-  if (in.cross_rank_grad && finite) {  // the exact data-parallel ITC gradient (loss/itc.hpp)
-    loss::ItcGatheredGrads g = loss::itc_gathered_grads(itc);
-    sum_rows(g.img_all);
-    sum_rows(g.txt_all);
-    total = total + cfg_.loss.itc_weight * loss::itc_cross_rank_term(in, g);
-  }
-  grads_->zero();
-  clock_.lap(StepClock::kComm);
-  skips_.record(!finite, step_);
-  if (!finite) {
-    for (auto& m : methods_) m->skipped_step(s);  // GloFND's λ moved in itc_inputs: undone
-    if (comm_.is_root())
-      spdlog::warn("pretrain: non-finite loss at step {}: optimizer step skipped ({} in a row)",
-                   step_, skips_.consecutive());
-    return out;
-  }
-  total.backward();
-  clock_.lap(StepClock::kBackward);
-  grads_->allreduce_mean(comm_);
-  clock_.lap(StepClock::kComm);
-  // Clipping's scale applied inside the AdamW pass (no pass of its own over the gradients).
-  adamw_step(*optimizer_, *grads_, cfg_.optim.grad_clip);
-  clock_.lap(StepClock::kOptimizer);
-  for (auto& m : methods_) m->after_step(s);  // momentum EMA, FALCON's policy update
-  clock_.lap(StepClock::kFalcon);
-  return out;
-}
-
-// The step's learning rate, dropout seed and fault injection points.
-void Trainer::begin_step(const data::Batch& batch) {
-  model_->train();
-  last_lr_ = lr_at(schedule_step(samples_seen_, schedule_ranks_ * schedule_batch_),
-                   static_cast<double>(schedule_steps_), cfg_.optim.warmup_steps, cfg_.optim.lr,
-                   cfg_.optim.min_lr);
-  for (auto& group : optimizer_->param_groups())
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(last_lr_);
-  negatives::seed_dropout(seed(), step_, comm_.rank());  // dropout draws: exact resumes
-  FNVLP_CHECK(!(step_ == cfg_.fault.throw_step && comm_.rank() == cfg_.fault.throw_rank),
-              "injected failure at step " << step_ << " (fault.throw_step)");
-  fault::at_step(step_);  // FNVLP_FAULT step.kill / step.sleep / step.throw (core/fault.hpp)
-  FNVLP_CHECK(batch.prepared.defined() && batch.prepared_for == step_,
-              "batch augmented for step " << batch.prepared_for << " arrived at step " << step_);
-}
-
-// The local embeddings, the ITC inputs against the global batch (embeddings all-gathered
-// without gradient, the exact gradient restored through the cross-rank term) and the methods'
-// masks, weights or keys.
-loss::ItcInputs Trainer::itc_inputs(StepContext& s) {
-  const data::Batch& batch = s.batch;
-  {
-    AutocastScope autocast(bf16());
-    s.image_tokens = model_->encode_image(s.images);
-    s.text_hidden = model_->encode_text(batch.tokens, batch.attention_mask);
-    s.img = model_->image_embed(s.image_tokens);
-    s.txt = model_->text_embed(s.text_hidden);
-  }
-  // ITC, the methods' thresholds and the gathered features compare fp32 similarities.
-  s.img = s.img.to(torch::kFloat);
-  s.txt = s.txt.to(torch::kFloat);
-  if (cache_.enabled()) cache_.record(s.host.pair_id, s.img, s.txt);
-  s.temp = model_->temp();  // outside any NoGradGuard: it is learned
-  const int64_t ramp =
-      cfg_.loss.soft_warmup_steps < 0 ? uniform_steps_ : cfg_.loss.soft_warmup_steps;
-  s.soft_weight =
-      cfg_.loss.soft_weight * (ramp > 0 ? std::min(1.0, static_cast<double>(step_) / ramp) : 1.0);
-  loss::ItcInputs in;
-  bool built = false;
-  for (auto& m : methods_) built = built || m->build_itc(s, in);
-  if (!built) {
-    in.img = s.img;
-    in.txt = s.txt;
-    in.img_all = allgather_rows(comm_, s.img, &in.offset);
-    in.txt_all = allgather_rows(comm_, s.txt, nullptr);
-    in.temp = s.temp;
-    in.image_id = batch.image_id;
-    in.image_id_all = allgather_ids(comm_, s.host.image_id, device_.device);
-    in.soft = cfg_.loss.soft_targets == negatives::SoftTargetsKind::kNone
-                  ? loss::SoftTargets::kNone
-                  : loss::SoftTargets::kPseudo;
-    in.soft_weight = s.soft_weight;
-    in.cross_rank_grad = comm_.size() > 1;
-  }
-  s.label_all = allgather_ids(comm_, s.host.label, device_.device);
-  // Negatives of each local anchor: every global column that does not share its image_id.
-  s.negative = in.image_id.unsqueeze(1) != in.image_id_all.unsqueeze(0);
-  clock_.lap(StepClock::kForward);
-  for (auto& m : methods_) m->adjust_itc(s, in);
-  telemetry_.record_batch(s.host);
-  clock_.lap(StepClock::kNegatives);
-  return in;
-}
-
-// ITM with hard negatives from the local batch (the fusion encoder needs their tokens); the
-// methods' excluded negatives are not drawn (negatives.filter_itm). fuse_cls runs the last
-// fusion layer for the [CLS] rows alone (exact; model/albef.hpp FusionPairs).
-torch::Tensor Trainer::itm_loss(StepContext& s, const loss::ItcInputs& in,
-                                const loss::ItcResult& itc,
-                                const std::vector<torch::Tensor>& image_keys) {
-  const int64_t b = s.batch.size();
-  auto gen = negatives::step_generator(seed(), step_, comm_.rank(), negatives::kItmStream);
-  const auto local = torch::indexing::Slice(in.offset, in.offset + b);
-  const auto all = torch::indexing::Slice();
-  torch::Tensor excl_i2t, excl_t2i;
-  if (cfg_.negatives.filter_itm && in.exclude_i2t.defined()) {
-    excl_i2t = in.exclude_i2t.index({all, local});
-    excl_t2i = in.exclude_t2i.index({all, local});
-  }
-  const auto negatives = loss::sample_itm_negatives(
-      itc.sim_i2t.index({all, local}), itc.sim_t2i.index({all, local}), s.host.image_id, excl_i2t,
-      excl_t2i, loss::parse_itm_negative_mode(cfg_.loss.itm_negatives), gen);
-  const loss::ItmPairs pairs = loss::itm_pairs(negatives);
-  torch::Tensor logits;
-  {
-    AutocastScope autocast(bf16());
-    logits = model_->itm_logits(model_->fuse_cls(s.text_hidden, s.batch.attention_mask, image_keys,
-                                                 {pairs.text_index, pairs.image_index}));
-  }
-  return loss::itm_loss(logits.to(torch::kFloat), pairs.labels);
-}
-
-// MLM on a masked copy of the captions, conditioned on the image, at the masked positions only
-// (skipped at weight 0, as in retrieval fine-tuning: a third of the step's compute).
-torch::Tensor Trainer::mlm_loss(StepContext& s, const std::vector<torch::Tensor>& image_keys) {
-  if (cfg_.loss.mlm_weight == 0)
-    return torch::zeros({}, torch::dtype(torch::kFloat).device(device_.device));
-  const torch::Tensor& mask = s.batch.attention_mask;
-  auto gen = negatives::step_generator(seed(), step_, comm_.rank(), negatives::kMlmStream);
-  const data::SpecialTokens& special = dataset_.special_tokens();
-  // From the host batch: nothing read back from the device; the masked ids and targets are copied
-  // to it without waiting, the positions stay on the host for fuse_at.
-  s.masking = loss::mask_tokens(s.host.tokens, s.host.attention_mask, cfg_.loss.mlm_probability,
-                                cfg_.model.vocab_size, special.mask,
-                                {special.pad, special.cls, special.sep}, gen, device_.device);
-  // The decoder and its cross-entropy under autocast too (autocast runs the softmax in fp32).
-  AutocastScope autocast(bf16());
-  // The MLM passes draw their dropout masks from a stream of their own: FALCON's reward pass
-  // repeats them after the update, so its loss drop measures the update, not a new mask.
-  negatives::seed_dropout(seed(), step_, comm_.rank(), negatives::kMlmDropoutStream);
-  const torch::Tensor at_masked = model_->fuse_at(model_->encode_text(s.masking.input_ids, mask),
-                                                  mask, image_keys, {}, s.masking.positions);
-  for (auto& m : methods_)
-    if (torch::Tensor l = m->mlm_loss(s, at_masked); l.defined()) return l.to(torch::kFloat);
-  // The decoder's logits feed only this loss: one fused node (loss/mlm.hpp).
-  torch::Tensor l =
-      loss::linear_cross_entropy(model_->mlm_hidden(at_masked), model_->mlm_decoder_weight(),
-                                 model_->mlm_bias(), s.masking.targets);
-  if (s.want_plain_mlm) s.mlm_plain = l.item<double>();
-  return l.to(torch::kFloat);
-}
-
-void Trainer::sum_rows(torch::Tensor& t) {
-  t = t.to(torch::kFloat).contiguous();
-  allreduce_sum(comm_, t);
-}
-
 CommTraffic Trainer::traffic() const {
   CommTraffic t = comm_.traffic();
   if (nccl_) t += nccl_->traffic();
@@ -468,6 +282,7 @@ CommTraffic Trainer::traffic() const {
 }
 
 void Trainer::log_progress(MetricsWriter& metrics, const BatchSource& loader) {
+  if (static_) flush_static_losses();
   json m = telemetry_.window_metrics(step_, epoch_, last_lr_, model_->temp().item<double>(),
                                      loader.wait_fraction(), skips_.total(), clock_);
   m["samples"] = samples_seen_;  // what the schedule counts: continuous across rank counts

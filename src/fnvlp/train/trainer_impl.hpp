@@ -3,9 +3,11 @@
 // trainer_state.cpp (epoch ends, exports, checkpoints and resume). Private to train/.
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fnvlp/comm/nccl.hpp"
@@ -33,6 +35,22 @@
 #include "fnvlp/train/watchdog.hpp"
 
 namespace fnvlp::train {
+
+class FlaggedAdamW;
+class StepGraphs;
+
+// The static step's inputs (train.static_step, train.cuda_graphs): tensors on the model's device at
+// fixed addresses, refilled before every step, so that a CUDA graph captured from one step reads
+// the next step's data. One set per padded MLM row count (the step's only varying shape).
+struct StaticInputs {
+  torch::Tensor images;                      // float [b, 3, S, S], augmented
+  torch::Tensor tokens, attention_mask;      // int64 [b, L]
+  torch::Tensor image_id, image_id_all;      // int64 [b], [N]
+  torch::Tensor masked_ids;                  // int64 [b, L]: MLM's masked copy
+  torch::Tensor mlm_positions, mlm_targets;  // int64 [rows]: padded (loss/mlm.hpp pad_positions)
+  torch::Tensor lr, soft_weight, inject;     // float 0-dim; inject: 1, or NaN at an injected fault
+  int64_t offset = 0;                        // this rank's first row of the gathered batch
+};
 
 using store::CheckpointInfo;
 using store::CheckpointManager;
@@ -77,6 +95,25 @@ class Trainer {
 
   // One optimizer step (or a skipped one), read top to bottom. Returns this rank's losses.
   StepLosses train_step(const data::Batch& batch);
+
+  // --- The static step (static_step.cpp): the same training step with shapes that do not change
+  // between steps and no read of the device by the host, the step that CUDA graphs capture. ---
+  // Sets static_ from the configuration, refuses (UsageError) what the static step cannot run,
+  // allocates its buffers. Constructor, after the methods exist.
+  void init_static_step();
+  // Why this run cannot take it ("" when it can).
+  std::string static_step_refusal() const;
+  // One step: inputs staged, then the device work (eager, or a CUDA graph's replay); its losses and
+  // finite flag stay on the device until flush_static_losses.
+  void static_train_step(const data::Batch& host_batch);
+  StaticInputs& stage_static_inputs(const data::Batch& batch, const data::Batch& host);
+  // Forward, losses, backward, gradient average and the flagged optimizer step, from `in` only.
+  void static_device_step(const StaticInputs& in);
+  torch::Tensor static_forward(const StaticInputs& in, loss::ItcInputs& itc_in,
+                               loss::ItcResult& itc);
+  // The steps' device losses since the last flush into the telemetry and the skip counter (which
+  // throws on too many non-finite steps in a row): at every log line, checkpoint and the end.
+  void flush_static_losses();
 
   // The step's learning rate, dropout seed and fault injection points.
   void begin_step(const data::Batch& batch);
@@ -200,6 +237,14 @@ class Trainer {
   double last_lr_ = 0;
   StepClock clock_;
   EpochCache cache_;  // sampler.embeddings=cached
+  // train.static_step / train.cuda_graphs
+  bool static_ = false;
+  std::map<int64_t, StaticInputs> static_inputs_;  // per padded MLM row count
+  torch::Tensor static_out_;     // float [5]: the last step's itc, itm, mlm, total, finite
+  torch::Tensor static_window_;  // float [log_every, 5]: static_out_ of the steps not yet flushed
+  std::vector<std::pair<int64_t, int64_t>> static_rows_;  // their (step, global samples)
+  std::unique_ptr<FlaggedAdamW> flagged_adamw_;           // once the optimizer has its state
+  std::unique_ptr<StepGraphs> graphs_;
 };
 
 }  // namespace fnvlp::train

@@ -7,6 +7,7 @@
 #include "fnvlp/core/fault.hpp"
 #include "fnvlp/store/pretrained.hpp"
 #include "fnvlp/train/embed_export.hpp"
+#include "fnvlp/train/fused_adamw.hpp"
 #include "fnvlp/train/signals.hpp"
 #include "fnvlp/train/trainer_impl.hpp"
 
@@ -309,6 +310,10 @@ void Trainer::continue_on_new_ranks() {
 
 void Trainer::save_checkpoint(Watchdog& dog) {
   auto guard = dog.long_phase("checkpoint", cfg_.checkpoint.save_timeout_s);
+  if (static_) {  // the skip count and AdamW's step counts are the device's until here
+    flush_static_losses();
+    if (flagged_adamw_) flagged_adamw_->sync_host_steps();
+  }
   ckpt_.save(step_, [&](const std::string& dir) { components_.save(dir); });
 }
 

@@ -537,6 +537,116 @@ TEST(ItmLoss, PairsAndLoss) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// ITM pairs drawn on the device (draw_itm_pairs: the static step's)
+
+// Structure of the 3b pairs: positives, a negative image per text, a negative text per image.
+void expect_pair_layout(const ItmPairs& p, int64_t b) {
+  const auto ar = torch::arange(b, torch::kLong);
+  ASSERT_EQ(p.image_index.size(0), 3 * b);
+  EXPECT_TRUE(p.image_index.narrow(0, 0, b).equal(ar));
+  EXPECT_TRUE(p.image_index.narrow(0, 2 * b, b).equal(ar));
+  EXPECT_TRUE(p.text_index.narrow(0, 0, 2 * b).equal(torch::cat({ar, ar})));
+  EXPECT_TRUE(p.labels.equal(
+      torch::cat({torch::ones({b}, torch::kLong), torch::zeros({2 * b}, torch::kLong)})));
+  EXPECT_TRUE(p.weight.narrow(0, 0, b).eq(1).all().item<bool>());
+}
+
+TEST(ItmDraws, NeverDrawSameImageOrExcludedAndWeighRowsWithoutCandidates) {
+  const int64_t b = 8;
+  auto ids = torch::tensor({0, 0, 1, 1, 1, 2, 3, 3}, torch::kLong);
+  auto same = ids.unsqueeze(1).eq(ids.unsqueeze(0));
+  torch::manual_seed(21);
+  auto ex_i2t = torch::rand({b, b}) < 0.3;
+  auto ex_t2i = torch::rand({b, b}) < 0.3;
+  ex_t2i[6].fill_(true);  // text 6 has no candidate image left
+  auto sim_i2t = torch::randn({b, b}) + same.to(torch::kFloat) * 20;
+  auto sim_t2i = torch::randn({b, b}) + same.to(torch::kFloat) * 20;
+  sim_i2t[2][5] = NAN;  // never drawn
+  auto has_i2t = (~same & ~ex_i2t & sim_i2t.isfinite()).any(1);
+  auto has_t2i = (~same & ~ex_t2i & sim_t2i.isfinite()).any(1);
+  for (auto mode : {ItmNegativeMode::kMultinomial, ItmNegativeMode::kArgmax}) {
+    for (int draw = 0; draw < 300; ++draw) {
+      const ItmPairs p = draw_itm_pairs(sim_i2t, sim_t2i, ids, ex_i2t, ex_t2i, mode);
+      expect_pair_layout(p, b);
+      auto check = [&](const torch::Tensor& j, const torch::Tensor& w, const torch::Tensor& ex,
+                       const torch::Tensor& sim, const torch::Tensor& has) {
+        ASSERT_TRUE(w.eq(has.to(torch::kFloat)).all().item<bool>());
+        const auto jj = j.unsqueeze(1);
+        const auto bad =
+            (same.gather(1, jj) | ex.gather(1, jj) | ~sim.gather(1, jj).isfinite()).squeeze(1) &
+            has;
+        ASSERT_FALSE(bad.any().item<bool>()) << "an invalid pair was drawn";
+        ASSERT_TRUE(j.masked_select(~has).equal(torch::arange(b).masked_select(~has)))
+            << "a row without candidates gets itself as its (weight 0) placeholder";
+      };
+      check(p.image_index.narrow(0, b, b), p.weight.narrow(0, b, b), ex_t2i, sim_t2i, has_t2i);
+      check(p.text_index.narrow(0, 2 * b, b), p.weight.narrow(0, 2 * b, b), ex_i2t, sim_i2t,
+            has_i2t);
+    }
+  }
+}
+
+// The exponential race draws ALBEF's distribution: softmax over the valid candidates.
+TEST(ItmDraws, FrequenciesFollowTheSoftmax) {
+  const int64_t b = 200;
+  const std::vector<double> logits = {1.0, 0.0, -1.0, 0.5};
+  auto ids = torch::arange(b, torch::kLong);
+  auto sim = torch::full({b, b}, 9.0);  // would dominate if exclusion leaked
+  auto ex = torch::ones({b, b}, torch::kBool);
+  auto cols = (ids.unsqueeze(1) + 1 + torch::arange(4, torch::kLong)).remainder(b);
+  sim.scatter_(1, cols, torch::tensor(logits, torch::kFloat).expand({b, 4}));
+  ex.scatter_(1, cols, false);
+  torch::manual_seed(42);
+  std::vector<double> counts(4, 0);
+  const int rounds = 100;
+  for (int d = 0; d < rounds; ++d) {
+    const ItmPairs p = draw_itm_pairs(sim, sim, ids, ex, ex, ItmNegativeMode::kMultinomial);
+    auto k = (p.text_index.narrow(0, 2 * b, b) - ids - 1).remainder(b);
+    ASSERT_TRUE(k.lt(4).all().item<bool>());
+    for (int64_t c = 0; c < 4; ++c) counts[c] += k.eq(c).sum().item<double>();
+  }
+  auto prob = torch::softmax(torch::tensor(logits, torch::kDouble), 0);
+  double chi2 = 0;
+  for (int64_t c = 0; c < 4; ++c) {
+    double expected = rounds * b * prob[c].item<double>();
+    chi2 += (counts[c] - expected) * (counts[c] - expected) / expected;
+  }
+  EXPECT_LT(chi2, 20.0);  // 3 degrees of freedom: P(chi2 > 20) ~ 2e-4
+}
+
+// Argmax mode draws nothing: the same negatives as the host's sample_itm_negatives, and the
+// weighted loss over the 3b pairs equals the host pairs' loss, whose rows without a candidate are
+// dropped instead of weighted 0.
+TEST(ItmDraws, ArgmaxMatchesTheHostPairsAndLoss) {
+  const int64_t b = 6;
+  auto ids = torch::tensor({0, 1, 2, 3, 4, 5}, torch::kLong);
+  torch::manual_seed(8);
+  auto sim_i2t = torch::randn({b, b}), sim_t2i = torch::randn({b, b});
+  auto ex = torch::zeros({b, b}, torch::kBool);
+  ex[4].fill_(true);  // row 4 has no candidate in either direction
+  auto gen = make_gen(0);
+  const auto host =
+      sample_itm_negatives(sim_i2t, sim_t2i, ids, ex, ex, ItmNegativeMode::kArgmax, gen);
+  const ItmPairs dev = draw_itm_pairs(sim_i2t, sim_t2i, ids, ex, ex, ItmNegativeMode::kArgmax);
+  const ItmPairs hp = itm_pairs(host);
+  const auto keep = dev.weight.gt(0);
+  EXPECT_TRUE(dev.image_index.masked_select(keep).equal(hp.image_index));
+  EXPECT_TRUE(dev.text_index.masked_select(keep).equal(hp.text_index));
+  EXPECT_TRUE(dev.labels.masked_select(keep).equal(hp.labels));
+  EXPECT_EQ(dev.weight.sum().item<double>(), static_cast<double>(hp.labels.size(0)));
+  torch::manual_seed(9);
+  auto logits = torch::randn({3 * b, 2}, torch::requires_grad());
+  auto kept_logits = logits.index_select(0, keep.nonzero().squeeze(1));
+  const auto weighted = itm_loss(logits, dev.labels, dev.weight);
+  const auto dropped = itm_loss(kept_logits, hp.labels);
+  EXPECT_NEAR(scalar(weighted), scalar(dropped), 1e-6);
+  weighted.backward();
+  EXPECT_EQ(logits.grad().index_select(0, (~keep).nonzero().squeeze(1)).abs().sum().item<float>(),
+            0.0f)
+      << "a placeholder pair must get no gradient";
+}
+
+// ---------------------------------------------------------------------------------------------
 // MLM
 
 constexpr int64_t kPad = 0, kCls = 101, kSep = 102, kMask = 103, kVocab = 1000;
@@ -723,6 +833,56 @@ TEST(MlmLoss, LinearCrossEntropyMatchesLinearThenCrossEntropy) {
   EXPECT_THROW(linear_cross_entropy(h0, w0, b0, torch::full({M}, V, torch::kLong)), fnvlp::Error);
   EXPECT_THROW(linear_cross_entropy(h0, w0, b0, torch::full({M}, -1, torch::kLong)), fnvlp::Error);
   EXPECT_THROW(linear_cross_entropy(h0, w0.narrow(1, 0, K / 2), b0, targets), fnvlp::Error);
+}
+
+// The static step's MLM rows: padded with distinct unselected positions whose targets are -100;
+// the padded loss equals the unpadded one (and gives the pads no gradient), 0 with nothing
+// selected; the row counts round up to the multiple.
+TEST(MlmLoss, PaddedPositionsGiveTheSameLoss) {
+  torch::Tensor ids, attn;
+  make_captions(6, 12, &ids, &attn);
+  auto gen = make_gen(2);
+  const auto m = mask_tokens(ids, attn, 0.3, kVocab, kMask, {kPad, kCls, kSep}, gen, torch::kCPU);
+  const int64_t M = m.positions.size(0);
+  ASSERT_GT(M, 0);
+  const int64_t rows = padded_rows(M, 16, 6 * 12);
+  EXPECT_EQ(rows % 16, 0);
+  EXPECT_GE(rows, M);
+  const auto p = pad_positions(m, rows);
+  ASSERT_EQ(p.positions.size(0), rows);
+  EXPECT_TRUE(p.positions.narrow(0, 0, M).equal(m.positions));
+  EXPECT_EQ(std::get<0>(at::_unique(p.positions)).size(0), rows) << "positions must be distinct";
+  EXPECT_TRUE(p.targets.narrow(0, M, rows - M).eq(-100).all().item<bool>());
+  EXPECT_TRUE(m.labels.reshape({-1})
+                  .index_select(0, p.positions.narrow(0, M, rows - M))
+                  .eq(-100)
+                  .all()
+                  .item<bool>())
+      << "a pad must sit on an unselected position";
+  torch::manual_seed(3);
+  const auto hidden = torch::randn({6, 12, 8}, torch::requires_grad());
+  const auto w = torch::randn({kVocab, 8}, torch::requires_grad()), bias = torch::randn({kVocab});
+  const auto want = linear_cross_entropy(gather_positions(hidden, m.positions), w, bias, m.targets);
+  const auto got =
+      padded_linear_cross_entropy(gather_positions(hidden, p.positions), w, bias, p.targets);
+  EXPECT_NEAR(scalar(got), scalar(want), 1e-5);
+  const auto g_want = torch::autograd::grad({want}, {hidden, w});
+  const auto g_got = torch::autograd::grad({got}, {hidden, w});
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_LT((g_got[i] - g_want[i]).abs().max().item<double>(), 1e-5) << "gradient " << i;
+  // Nothing selected: all rows are pads, the loss is 0 (not NaN) and still has a graph.
+  auto none_gen = make_gen(1);
+  const auto none =
+      mask_tokens(ids, attn, 0.0, kVocab, kMask, {kPad, kCls, kSep}, none_gen, torch::kCPU);
+  const auto padded_none = pad_positions(none, padded_rows(0, 16, 72));
+  const auto zero = padded_linear_cross_entropy(gather_positions(hidden, padded_none.positions), w,
+                                                bias, padded_none.targets);
+  EXPECT_EQ(scalar(zero), 0.0);
+  EXPECT_TRUE(zero.requires_grad());
+  EXPECT_EQ(padded_rows(0, 16, 72), 16);
+  EXPECT_EQ(padded_rows(17, 16, 72), 32);
+  EXPECT_EQ(padded_rows(70, 16, 72), 72);
+  EXPECT_THROW(pad_positions(m, M - 1), fnvlp::Error);
 }
 
 }  // namespace

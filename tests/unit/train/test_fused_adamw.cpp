@@ -213,4 +213,65 @@ TEST(FusedAdamW, ClipDivisorIsTheFactorsReciprocal) {
   EXPECT_EQ(grads.clip_divisor(1e6).item<float>(), 1.0f);  // no clipping below the bound
 }
 
+// FlaggedAdamW: a step flagged 0 changes nothing (parameters, moments, step counts), a step
+// flagged 1 is adamw_step's, on the host path and on the device kernel (run on CPU tensors where
+// this libtorch has it), with the learning rate read from a tensor and clipping on.
+void flagged_sequence(bool device_kernel) {
+  Opt ref = make(6), flagged = make(6);
+  fnvlp::train::FlatGradients ref_grads(ref.params), grads(flagged.params);
+  auto fill = [](Opt& s, int step) {
+    auto g = at::make_generator<at::CPUGeneratorImpl>(2000 + step);
+    for (auto& p : s.params) p.mutable_grad().copy_(torch::randn(p.sizes(), g) * 3.0);
+  };
+  // The first step creates the state on both (what the static step's first step does).
+  fill(ref, 0);
+  fill(flagged, 0);
+  fnvlp::train::adamw_step(*ref.opt, ref_grads, 1.0);
+  fnvlp::train::adamw_step(*flagged.opt, grads, 1.0);
+  ASSERT_TRUE(fnvlp::train::FlaggedAdamW::ready(*flagged.opt));
+  fnvlp::train::FlaggedAdamW opt(*flagged.opt, grads, 1.0, device_kernel);
+  const int flags[] = {1, 0, 1, 1, 0, 0, 1};
+  for (int step = 1; step <= 7; ++step) {
+    const double lr = 1e-2 / step;
+    const bool taken = flags[step - 1] == 1;
+    fill(ref, step);
+    fill(flagged, step);
+    const auto before = flagged.params[0].detach().clone();
+    if (taken) {
+      set_lr(ref, lr);
+      fnvlp::train::adamw_step(*ref.opt, ref_grads, 1.0);
+    }
+    opt.step(torch::tensor(lr, torch::kFloat), torch::tensor(taken ? 1.0f : 0.0f));
+    if (!taken) EXPECT_TRUE(torch::equal(flagged.params[0], before)) << "step " << step;
+  }
+  opt.sync_host_steps();
+  for (size_t i = 0; i < ref.params.size(); ++i) {
+    const auto &sa = state_of(ref, i), &sb = state_of(flagged, i);
+    EXPECT_EQ(sb.step(), 5) << "param " << i;  // 1 + the four steps taken
+    EXPECT_EQ(sa.step(), sb.step()) << "param " << i;
+    const std::pair<torch::Tensor, torch::Tensor> pairs[] = {{ref.params[i], flagged.params[i]},
+                                                             {sa.exp_avg(), sb.exp_avg()},
+                                                             {sa.exp_avg_sq(), sb.exp_avg_sq()}};
+    for (const auto& [a, b] : pairs) {
+      const double scale = a.abs().max().item<double>();
+      EXPECT_LE((a - b).abs().max().item<double>(), 1e-6 * scale) << "param " << i;
+    }
+  }
+}
+
+TEST(FlaggedAdamW, HostPathTakesOrSkipsOnTheFlag) { flagged_sequence(false); }
+
+TEST(FlaggedAdamW, DeviceKernelTakesOrSkipsOnTheFlag) {
+  if (!fnvlp::train::multi_tensor_adamw_available())
+    GTEST_SKIP() << "this libtorch (" << TORCH_VERSION << ") has no at::_fused_adamw_";
+  flagged_sequence(true);
+}
+
+TEST(FlaggedAdamW, RefusesAnOptimizerWithoutState) {
+  Opt s = make(7);
+  fnvlp::train::FlatGradients grads(s.params);
+  EXPECT_FALSE(fnvlp::train::FlaggedAdamW::ready(*s.opt));
+  EXPECT_THROW(fnvlp::train::FlaggedAdamW(*s.opt, grads, 1.0), std::exception);
+}
+
 }  // namespace
