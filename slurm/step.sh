@@ -158,7 +158,8 @@ stage_eval() {
   fnvlp_have_or_skip fnvlp-eval || return 0
   local ckpt=${FNVLP_EVAL_CHECKPOINT:-}
   if [ -z "$ckpt" ]; then
-    for ckpt in "$FNVLP_WORK/finetune/checkpoints/best" "$FNVLP_WORK/finetune/checkpoints/latest" \
+    # Fine-tuning's best by validation (store/best.hpp: RUN/best/latest), else its last.
+    for ckpt in "$FNVLP_WORK/finetune/best/latest" "$FNVLP_WORK/finetune/checkpoints/latest" \
       "$FNVLP_RUN/checkpoints/latest"; do
       [ -d "$ckpt" ] && break
     done

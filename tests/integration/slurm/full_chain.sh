@@ -17,9 +17,13 @@ assert_chain_completed "$FNVLP_WORK/chain.tsv"
 for f in run/report/report.html run/report/report.json run/analysis/simstat.h5 eval.json; do
   [ -s "$FNVLP_WORK/$f" ] || fail "missing $f"
 done
-/usr/bin/python3 - "$FNVLP_WORK/eval.json" <<'PY'
-import json, sys
+/usr/bin/python3 - "$FNVLP_WORK/eval.json" "$FNVLP_WORK/finetune" <<'PY'
+import json, os, sys
 e = json.load(open(sys.argv[1]))
+# The chain evaluates fine-tuning's best checkpoint by validation (RUN/best/latest), not its last.
+best = os.path.realpath(os.path.join(sys.argv[2], "best", "latest"))
+assert os.path.isdir(best), "fine-tuning kept no best checkpoint: " + best
+assert os.path.realpath(e["checkpoint"]) == best, ("evaluated", e["checkpoint"], "not", best)
 for k in ("txt_r1", "txt_r5", "txt_r10", "img_r1", "img_r5", "img_r10", "txt_r_mean", "img_r_mean",
           "r_mean", "itc_r_mean"):
     assert k in e and 0.0 <= e[k] <= 100.0, (k, e)
