@@ -2,10 +2,12 @@
 // written in terms of rank and size so it holds for each.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <numeric>
 
 #include "fnvlp/comm/comm.hpp"
 #include "fnvlp/comm/job_main.hpp"
+#include "fnvlp/comm/max_count.hpp"
 #include "fnvlp/comm/native.hpp"  // raw MPI only here, where Comm itself is tested
 
 using fnvlp::Comm;
@@ -33,6 +35,27 @@ TEST(Comm, Reductions) {
   EXPECT_DOUBLE_EQ(v[0], (n - 1) / 2.0);
   EXPECT_DOUBLE_EQ(v[1], 1.0);
   EXPECT_EQ(comm.exscan_sum(r + 1), int64_t(r) * (r + 1) / 2);
+}
+
+// A buffer longer than one MPI call may carry (2^31 - 1 elements: a CUDA buffer staged on the
+// host for the MPI fallback can be longer) goes in chunks: the same sums, here at 7 per call.
+TEST(Comm, AllreduceChunksWhatOneCallCannotCarry) {
+  Comm comm;
+  fnvlp::set_max_count_per_call(7);
+  std::vector<float> f(100);
+  std::vector<double> d(15);
+  for (size_t i = 0; i < f.size(); ++i) f[i] = static_cast<float>(i * (comm.rank() + 1));
+  for (size_t i = 0; i < d.size(); ++i) d[i] = 0.5 * static_cast<double>(i + comm.rank());
+  const uint64_t before = comm.traffic().allreduce;
+  comm.allreduce(f.data(), f.size(), fnvlp::ReduceOp::kSum);
+  comm.allreduce(d.data(), d.size(), fnvlp::ReduceOp::kMax);
+  fnvlp::set_max_count_per_call(static_cast<size_t>(std::numeric_limits<int>::max()));
+  const int n = comm.size();
+  for (size_t i = 0; i < f.size(); ++i)
+    EXPECT_EQ(f[i], static_cast<float>(i * n * (n + 1) / 2)) << i;
+  for (size_t i = 0; i < d.size(); ++i) EXPECT_EQ(d[i], 0.5 * static_cast<double>(i + n - 1)) << i;
+  EXPECT_EQ(comm.traffic().allreduce - before, 100 * 4 + 15 * 8u);  // counted once, not per chunk
+  EXPECT_THROW(fnvlp::set_max_count_per_call(0), fnvlp::Error);
 }
 
 TEST(Comm, ReduceOpsInPlace) {

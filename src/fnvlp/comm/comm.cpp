@@ -2,10 +2,12 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 
+#include "fnvlp/comm/max_count.hpp"
 #include "fnvlp/comm/native.hpp"
 
 // MPI_CHECK(MPI_Xxx(...)): Comm sets MPI_ERRORS_RETURN, so a failed call becomes an exception.
@@ -40,6 +42,8 @@ uint64_t type_bytes(detail::CommType type) {
   const uint64_t bytes[] = {8, 4, 4, 8, 8, 4, 2, 1, 1};
   return bytes[static_cast<int>(type)];
 }
+
+size_t max_count = static_cast<size_t>(std::numeric_limits<int>::max());
 
 uint64_t sum(const int* counts, int n) {
   uint64_t total = 0;
@@ -128,8 +132,16 @@ void Comm::collective(const std::function<void()>& fn) const {
 }
 
 void Comm::allreduce_raw(void* data, size_t n, detail::CommType type, ReduceOp op) const {
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), mpi_type(type), mpi_op(op),
-                          native_->comm));
+  // MPI counts are int: a buffer of more elements goes in chunks (a CUDA buffer staged on the host
+  // for the MPI fallback can hold more than 2^31 floats).
+  auto* bytes = static_cast<char*>(data);
+  size_t off = 0;
+  do {
+    const size_t count = std::min(max_count_per_call(), n - off);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bytes + off * type_bytes(type), static_cast<int>(count),
+                            mpi_type(type), mpi_op(op), native_->comm));
+    off += count;
+  } while (off < n);
   traffic_.allreduce += n * type_bytes(type);
 }
 
@@ -202,6 +214,14 @@ std::vector<int> Comm::displacements(const std::vector<int>& counts) {
               "collective of " << total << " elements exceeds MPI's int displacements");
   if (displs.empty()) displs.push_back(0);
   return displs;
+}
+
+size_t max_count_per_call() { return max_count; }
+
+void set_max_count_per_call(size_t n) {
+  FNVLP_CHECK(n >= 1 && n <= static_cast<size_t>(std::numeric_limits<int>::max()),
+              "MPI count per call " << n << " outside [1, 2^31)");
+  max_count = n;
 }
 
 }  // namespace fnvlp
