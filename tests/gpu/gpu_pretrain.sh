@@ -3,7 +3,13 @@
 #   no_cuda      train.device=cuda where no GPU is visible: exit 2 naming every rank (runs anywhere)
 #   equivalence  every method, CPU vs CUDA from the same initial weights: step 1 within 1e-4,
 #                the next steps within 2e-3 (relative; fp32, different kernels and reduction orders)
-#   shared_gpu   2 ranks on one GPU with comm.backend=mpi (host-staged collectives) vs 2 CPU ranks
+#   equivalence2 every method at 2 ranks, CPU (MPI) vs 2 GPUs (NCCL): step 1 within 1e-4, the next
+#                within 2e-3; the NCCL run's bytes per step = tests/bench/comm_model.py's model
+#   nccl_timeout a rank stalled at step 3 on 2 GPUs (NCCL, comm.timeout_s=10): the watch of the
+#                collectives ends every rank, naming the collective and the rank, summary.json
+#                failed (needs 2 GPUs, as equivalence2)
+#   shared_gpu   2 ranks on one GPU with comm.backend=mpi (host-staged collectives) vs 2 CPU ranks;
+#                comm.backend=auto there falls back to mpi and says so
 #   bf16         CUDA bf16 vs CUDA fp32: step 1 within 3e-2, finite and learning over 30 steps
 #   kill_resume  100 deterministic CUDA steps, SIGKILL at step 50, --resume auto: bitwise equal
 #   graphs       the static step on CUDA against the eager step (ITM argmax: within 1e-4, then
@@ -43,6 +49,15 @@ run() {  # run NAME NP ARGS...: one pretraining run, its output in $work/NAME.tx
   shift 2
   mpirun --oversubscribe -np "$np" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/$name" \
     "$@" >"$work/$name.txt" 2>&1 || { tail -25 "$work/$name.txt"; fail "run $name"; }
+}
+need_gpus() {  # need_gpus N: N GPUs on this node (NCCL: one per rank), else SKIPPED
+  need_gpu
+  local n
+  n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  if [ "$n" -lt "$1" ]; then
+    echo "SKIPPED: gpu.$case_: needs $1 GPUs on one node (one per NCCL rank), $(hostname) has $n"
+    exit 77
+  fi
 }
 need_gpu() {
   local why=""
@@ -112,6 +127,49 @@ equivalence)
     compare "$name-cpu" "$name-cuda" 1e-4 2e-3
   done
   ;;
+equivalence2)
+  need_gpus 2
+  make_data
+  methods=("uniform:" "glofnd:--set negatives.method=glofnd --set negatives.alpha=0.05"
+    "fnc:--set negatives.method=fnc --set negatives.alpha=0.05"
+    "srcl:--set negatives.method=srcl" "tcl:--set loss.tcl.enabled=true"
+    "momentum:--set loss.soft_targets=momentum --set loss.queue_size=64"
+    "grit:--set sampler.kind=grit --set sampler.grit.q=1 --set train.export_embeddings=true"
+    "falcon:--set sampler.kind=falcon --set train.export_embeddings=true")
+  for m in "${methods[@]}"; do
+    name=${m%%:*}
+    read -r -a extra <<<"${m#*:}"
+    steps=5
+    case $name in grit | falcon) steps=7 ;; esac  # 4 uniform steps per epoch at 2 x 16
+    run "$name-cpu" 2 --set train.max_steps=$steps --set train.device=cpu "${extra[@]}"
+    run "$name-nccl" 2 --set train.max_steps=$steps --set train.device=cuda \
+      --set comm.backend=nccl "${extra[@]}"
+    expect "device collectives nccl" "$work/$name-nccl.txt"
+    compare "$name-cpu" "$name-nccl" 1e-4 2e-3
+  done
+  "$py" "$src/tests/bench/comm_model.py" check "$work/uniform-nccl/metrics.jsonl" \
+    "$src/jobs/configs/tiny.yaml" 2 16 --backend nccl
+  ;;
+nccl_timeout)
+  need_gpus 2
+  make_data
+  set +e
+  t0=$(date +%s)
+  FNVLP_FAULT="step.sleep:3:1:600" timeout 300 "${mpirun2[@]}" "$bin/jobs/fnvlp-pretrain" \
+    "${common[@]}" --out "$work/a" --set train.max_steps=8 --set train.device=cuda \
+    --set comm.backend=nccl --set comm.timeout_s=10 >"$work/a.txt" 2>&1
+  rc=$?
+  set -e
+  elapsed=$(($(date +%s) - t0))
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { tail -20 "$work/a.txt"; fail "exit $rc"; }
+  expect "NCCL rank 0/2 \(cuda:[0-9]+\) [a-z_]+.*not done after 10 s" "$work/a.txt"
+  "$py" - "$work/a" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1] + "/summary.json"))
+assert s["status"] == "failed" and "not done after 10 s" in s["error"], s
+PY
+  echo "  rank 1 stalled: the job ended in ${elapsed}s (start-up included), naming the collective"
+  ;;
 shared_gpu)
   need_gpu
   make_data
@@ -120,6 +178,10 @@ shared_gpu)
     --set negatives.method=glofnd
   expect "device collectives mpi \(host copies\)" "$work/cuda2.txt"
   compare cpu2 cuda2 1e-4 2e-3
+  # comm.backend=auto with the two ranks on one GPU: MPI, said once, rather than NCCL's refusal.
+  CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} run auto2 2 --set train.max_steps=2 \
+    --set train.device=cuda
+  expect "comm.backend=auto: ranks of a node share a GPU .* -> mpi" "$work/auto2.txt"
   ;;
 bf16)
   need_gpu

@@ -10,11 +10,18 @@
 #include <nccl.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <exception>
 #include <functional>
+#include <mutex>
 #include <numeric>
+#include <sstream>
 #include <thread>
 
 // Non-blocking communicators (ncclConfig_t::blocking) and ncclGetLastError came in NCCL 2.14.
@@ -115,10 +122,25 @@ struct NcclComm::Impl {
   int device = -1;
   ncclComm_t comm = nullptr;
   // Set once an error or a timeout aborted the communicator: every later call refuses.
-  bool broken = false;
+  std::atomic<bool> broken{false};
   CommTraffic traffic;
+  std::function<void(const std::string&)> last_words;
+
+  // The collectives in flight, watched by a thread instead of a host wait after each: the event
+  // recorded after each one on its stream, what it was, when it was enqueued.
+  struct InFlight {
+    cudaEvent_t done = nullptr;
+    std::string what;
+    Clock::time_point since;
+  };
+  std::mutex watch_mutex;
+  std::condition_variable watch_cv;
+  std::deque<InFlight> in_flight;
+  bool watch_stop = false;
+  std::thread watcher;
 
   ~Impl() {
+    stop_watch();
     if (!comm) return;
     // Unwinding: a peer may be gone, and finalize waits for all of them; abort is local.
     if (broken || std::uncaught_exceptions() > 0 || !finalize()) {
@@ -160,6 +182,79 @@ struct NcclComm::Impl {
     if (comm) ncclCommAbort(comm);
     comm = nullptr;
     broken = true;
+  }
+
+  // After a collective was enqueued on stream(): its completion is watched from now on.
+  void watch(const char* what) {
+    cudaEvent_t done = nullptr;
+    FNVLP_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    FNVLP_CUDA_CHECK(cudaEventRecord(done, stream()));
+    {
+      const std::lock_guard<std::mutex> lock(watch_mutex);
+      in_flight.push_back({done, what, Clock::now()});
+      if (!watcher.joinable()) watcher = std::thread([this] { watch_loop(); });
+    }
+    watch_cv.notify_one();
+  }
+
+  // The watch thread: the oldest collective in flight is done (its event), or NCCL reports an
+  // asynchronous error, or its time runs out. The last two end the job from here: the
+  // communicator aborted (its kernels return, the peers' NCCL calls fail fast), one line naming
+  // the collective and this rank, the run's last words (summary.json), then MPI_Abort: every rank
+  // exits within the timeout even while the main thread waits inside CUDA or NCCL.
+  void watch_loop() {
+    cudaSetDevice(device);
+    std::unique_lock<std::mutex> lock(watch_mutex);
+    while (!watch_stop && !broken) {
+      if (in_flight.empty()) {
+        watch_cv.wait_for(lock, std::chrono::milliseconds(100));
+        continue;
+      }
+      const InFlight f = in_flight.front();
+      lock.unlock();
+      const cudaError_t q = cudaEventQuery(f.done);
+      if (q == cudaErrorNotReady) (void)cudaGetLastError();  // not an error: clear it
+      ncclResult_t state = ncclSuccess;
+      if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) state = ncclInternalError;
+      if (q != cudaSuccess && q != cudaErrorNotReady) die(f.what, "CUDA: " + cuda_text(q));
+      if (state != ncclSuccess && state != ncclInProgress)
+        die(f.what, "NCCL asynchronous error: " + nccl_text(state));
+      if (q == cudaErrorNotReady && Clock::now() - f.since > timeout())
+        die(f.what, "not done after " + seconds() +
+                        " (comm.timeout_s: a peer failed or stopped calling collectives)");
+      lock.lock();
+      if (q == cudaSuccess) {
+        cudaEventDestroy(f.done);
+        in_flight.pop_front();
+      } else {
+        watch_cv.wait_for(lock, std::chrono::milliseconds(1));
+      }
+    }
+  }
+
+  [[noreturn]] void die(const std::string& what, const std::string& why) {
+    const std::string message = who() + " " + what + ": " + why + "; communicator aborted";
+    spdlog::critical("{}; ending the job", message);
+    spdlog::default_logger()->flush();
+    if (comm) ncclCommAbort(comm);
+    if (last_words) {
+      try {
+        last_words(message);
+      } catch (...) {  // the abort below matters more than the summary
+      }
+    }
+    mpi->abort(1);
+  }
+
+  void stop_watch() {
+    {
+      const std::lock_guard<std::mutex> lock(watch_mutex);
+      watch_stop = true;
+    }
+    watch_cv.notify_one();
+    if (watcher.joinable()) watcher.join();
+    for (auto& f : in_flight) cudaEventDestroy(f.done);
+    in_flight.clear();
   }
 
   // Aborts the communicator (its peers then fail fast instead of waiting) and throws.
@@ -292,15 +387,40 @@ void NcclComm::allreduce_sum(torch::Tensor& t) const {
                         ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
                                       nccl_type(t.scalar_type()), ncclSum, im.comm, im.stream()));
   im.traffic.allreduce += static_cast<uint64_t>(t.nbytes());
-  synchronize("allreduce_sum");
+  im.watch("allreduce_sum");
+}
+
+void NcclComm::allreduce_sum_async(torch::Tensor& t) const {
+  Impl& im = *impl_;
+  FNVLP_CHECK(!im.broken, im.who() << " allreduce_sum_async: the communicator was aborted earlier");
+  FNVLP_CHECK(t.is_cuda() && t.is_contiguous() && t.device().index() == im.device,
+              im.who() << " allreduce_sum_async: needs a contiguous tensor on cuda:" << im.device
+                       << ", got " << t.device());
+  if (t.numel() == 0) return;
+  const c10::cuda::CUDAGuard guard(t.device());
+  FNVLP_NCCL_COMM_CHECK(im, "allreduce_sum_async",
+                        ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                                      nccl_type(t.scalar_type()), ncclSum, im.comm, im.stream()));
+  im.traffic.allreduce += static_cast<uint64_t>(t.nbytes());
+  im.watch("allreduce_sum_async (a gradient bucket)");
 }
 
 // Ragged rows: one ncclBroadcast per non-empty rank into its slice of the output, fused in one
 // group, rather than padding to the longest block + ncclAllGather + compaction: no padding memory
 // or extra copy, the same bytes on the wire; equal blocks still take the single ncclAllGather.
-torch::Tensor NcclComm::allgather_rows(const torch::Tensor& local) const {
+torch::Tensor NcclComm::allgather_rows(const torch::Tensor& local, int64_t rows_per_rank) const {
   Impl& im = *impl_;
-  const std::vector<int64_t> rows = im.agree("allgather_rows", local, true);
+  std::vector<int64_t> rows;
+  if (rows_per_rank >= 0) {
+    FNVLP_CHECK(!im.broken && local.is_cuda() && local.is_contiguous() && local.dim() >= 1 &&
+                    local.size(0) == rows_per_rank && local.device().index() == im.device,
+                im.who() << " allgather_rows: expected a contiguous [" << rows_per_rank
+                         << ", ...] tensor on cuda:" << im.device << ", got " << local.sizes()
+                         << " on " << local.device());
+    rows.assign(static_cast<size_t>(size()), rows_per_rank);
+  } else {
+    rows = im.agree("allgather_rows", local, true);
+  }
   std::vector<int64_t> shape = local.sizes().vec();
   shape[0] = std::accumulate(rows.begin(), rows.end(), int64_t{0});
   const c10::cuda::CUDAGuard guard(local.device());
@@ -331,7 +451,7 @@ torch::Tensor NcclComm::allgather_rows(const torch::Tensor& local) const {
     FNVLP_NCCL_COMM_CHECK(im, "allgather_rows", rc != ncclSuccess ? rc : end);
   }
   im.traffic.allgather += static_cast<uint64_t>(out.nbytes());
-  synchronize("allgather_rows");
+  im.watch("allgather_rows");
   return out;
 }
 
@@ -348,10 +468,15 @@ void NcclComm::broadcast(torch::Tensor& t, int root) const {
                         ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
                                       nccl_type(t.scalar_type()), root, im.comm, im.stream()));
   im.traffic.other += static_cast<uint64_t>(t.nbytes());
-  synchronize("broadcast");
+  im.watch("broadcast");
 }
 
 CommTraffic NcclComm::traffic() const { return impl_->traffic; }
+
+void NcclComm::set_last_words(std::function<void(const std::string&)> fn) {
+  const std::lock_guard<std::mutex> lock(impl_->watch_mutex);
+  impl_->last_words = std::move(fn);
+}
 
 void NcclComm::synchronize(const char* what) const {
   Impl& im = *impl_;
@@ -398,7 +523,11 @@ int NcclComm::rank() const { FNVLP_FAIL("this build has no NCCL"); }
 int NcclComm::size() const { FNVLP_FAIL("this build has no NCCL"); }
 int NcclComm::device() const { FNVLP_FAIL("this build has no NCCL"); }
 void NcclComm::allreduce_sum(torch::Tensor&) const { FNVLP_FAIL("this build has no NCCL"); }
-torch::Tensor NcclComm::allgather_rows(const torch::Tensor&) const {
+void NcclComm::allreduce_sum_async(torch::Tensor&) const { FNVLP_FAIL("this build has no NCCL"); }
+torch::Tensor NcclComm::allgather_rows(const torch::Tensor&, int64_t) const {
+  FNVLP_FAIL("this build has no NCCL");
+}
+void NcclComm::set_last_words(std::function<void(const std::string&)>) {
   FNVLP_FAIL("this build has no NCCL");
 }
 void NcclComm::broadcast(torch::Tensor&, int) const { FNVLP_FAIL("this build has no NCCL"); }

@@ -1,13 +1,18 @@
 #pragma once
 // NcclComm: GPU collectives (NCCL) for one rank per CUDA device, bootstrapped through Comm (MPI).
 // nccl.h and the CUDA headers stay in nccl.cpp, so this header compiles in every build; without
-// FNVLP_WITH_NCCL the constructor throws. Every collective first agrees on its arguments through
-// MPI (one small allgather), so a bad tensor on one rank is an error on every rank rather than a
-// peer left waiting inside NCCL; then it enqueues on the current CUDA stream and waits for it,
-// bounded by the timeout (a dead peer becomes an error, not a hang).
+// FNVLP_WITH_NCCL the constructor throws. A collective first agrees on its arguments through MPI
+// (one small allgather), unless the caller's plan fixes them (allgather_rows' rows_per_rank,
+// allreduce_sum_async), so a bad tensor on one rank is an error on every rank rather than a peer
+// left waiting inside NCCL; then it enqueues on the current CUDA stream and returns: no host wait.
+// A thread watches what is in flight (an event after each collective): an NCCL error, or a
+// collective not done within the timeout, aborts the communicator and ends the job on every rank
+// with a line naming the collective and the rank (a dead peer becomes an error, not a hang).
 #include <torch/types.h>
 
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "fnvlp/comm/comm.hpp"
 
@@ -38,9 +43,15 @@ class NcclComm {
   // In-place sum over ranks of a contiguous CUDA tensor on device() (float, bfloat16, double,
   // int64, int32), on the current CUDA stream; every rank passes the same dtype and shape.
   void allreduce_sum(torch::Tensor& t) const;
+  // allreduce_sum without the MPI agreement and without the host wait: enqueued on the current
+  // CUDA stream, for a plan every rank follows identically (GradBuckets' buckets, fixed when they
+  // are built). An NCCL error shows at the next synchronize() or agreed collective.
+  void allreduce_sum_async(torch::Tensor& t) const;
   // Concatenation along dim 0, in rank order, of a CUDA tensor [b, ...] whose b may differ per
   // rank (the other dims and the dtype may not); returns a new tensor [sum b, ...] of its dtype.
-  torch::Tensor allgather_rows(const torch::Tensor& local) const;
+  // rows_per_rank >= 0: every rank passes that many rows (the caller's plan, e.g. the batch
+  // size): no agreement through MPI first.
+  torch::Tensor allgather_rows(const torch::Tensor& local, int64_t rows_per_rank = -1) const;
   // Root's tensor overwrites every rank's (same dtype and shape everywhere).
   void broadcast(torch::Tensor& t, int root) const;
   // Blocks until the work on the current CUDA stream of device() is done, polling the stream and
@@ -50,6 +61,10 @@ class NcclComm {
   void synchronize(const char* what) const;
   // What this communicator's collectives moved so far (Comm's, the agreements, not included).
   CommTraffic traffic() const;
+  // Called with the message when the watch of collectives ends the job (an NCCL error, or a
+  // collective not done within the timeout), from the watch thread, before MPI_Abort: the trainer
+  // writes summary.json there.
+  void set_last_words(std::function<void(const std::string&)> fn);
 
  private:
   struct Impl;

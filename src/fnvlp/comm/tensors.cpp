@@ -107,7 +107,8 @@ int allreduce_gradients(const Comm& comm, const std::vector<torch::Tensor>& para
   return calls;
 }
 
-torch::Tensor allgather_rows(const Comm& comm, const torch::Tensor& local, int64_t* offset) {
+torch::Tensor allgather_rows(const Comm& comm, const torch::Tensor& local, int64_t* offset,
+                             int64_t rows_per_rank) {
   if (comm.size() == 1) {  // a copy where it lies: on a GPU no round trip, no collective's wait
     if (offset) *offset = 0;
     return local.detach().to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true,
@@ -115,11 +116,13 @@ torch::Tensor allgather_rows(const Comm& comm, const torch::Tensor& local, int64
   }
   if (const NcclComm* nccl = nccl_for(comm, local)) {
     const auto t = local.detach().to(torch::kFloat).contiguous();
-    if (offset) *offset = comm.exscan_sum(t.size(0));
-    return nccl->allgather_rows(t);
+    if (offset)
+      *offset = rows_per_rank >= 0 ? comm.rank() * rows_per_rank : comm.exscan_sum(t.size(0));
+    return nccl->allgather_rows(t, rows_per_rank);
   }
   if (local.is_cuda())
-    return to_device_async(allgather_rows(comm, local.to(torch::kCPU), offset), local.device());
+    return to_device_async(allgather_rows(comm, local.to(torch::kCPU), offset, rows_per_rank),
+                           local.device());
   auto t = local.detach().to(torch::kFloat).contiguous();
   const int64_t rows = t.size(0);
   int64_t row_elems = 1;

@@ -36,7 +36,10 @@ int allreduce_gradients(const Comm& comm, const std::vector<torch::Tensor>& para
 
 // All-gathers a float tensor [b, ...] (rows differing per rank allowed) into [B, ...] in rank
 // order, without gradient; `offset` receives the first row of this rank's block.
-torch::Tensor allgather_rows(const Comm& comm, const torch::Tensor& local, int64_t* offset);
+// rows_per_rank >= 0: every rank passes that many rows (the caller's plan: the training step's
+// batch), so the device collective skips the agreement on the counts and the offset is computed.
+torch::Tensor allgather_rows(const Comm& comm, const torch::Tensor& local, int64_t* offset,
+                             int64_t rows_per_rank = -1);
 // All-gathers an int64 vector tensor [b] (ids, labels) into [B] in rank order, on `device`
 // (default: ids' device). The exchange runs on the host: given host ids, nothing is read back
 // from a GPU and the result is copied to it without waiting.

@@ -97,6 +97,17 @@ std::unique_ptr<NcclComm> make_device_comm(const Comm& comm, const DeviceChoice&
     if (comm.is_root()) spdlog::info("comm.backend=auto: no NCCL in this build -> mpi");
     return nullptr;
   }
+  // NCCL needs one GPU per rank: where ranks of a node share one, auto takes MPI (host copies)
+  // on every rank (one backend for the job), and nccl is refused by NcclComm with the ranks named.
+  const bool shared = comm.allreduce_max(device.local_size > device.visible ? 1 : 0) == 1;
+  if (backend == CommBackend::kAuto && shared) {
+    if (comm.is_root())
+      spdlog::info(
+          "comm.backend=auto: ranks of a node share a GPU ({} ranks, {} GPUs on {}; NCCL needs "
+          "one per rank) -> mpi (host copies)",
+          device.local_size, device.visible, host_name());
+    return nullptr;
+  }
   return std::make_unique<NcclComm>(comm, timeout_s);
 }
 
