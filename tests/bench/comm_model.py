@@ -6,15 +6,19 @@ Payload per rank and step (R ranks, b pairs per rank, N = R b, E = embed_dim, P 
   all-reduce  4 P            the flat fp32 gradient (train/grad_sync, or NCCL buckets)
               2 N E 4        ITC's cross-rank gradient sums of the gathered image and text features
               4              the agreement on a finite loss (train/trainer: all_finite)
-  all-gather  2 N E 4        the image and text features (comm/tensors: allgather_rows)
-              2 N 8          image_id and label of the global batch (allgather_ids, on the host)
-              32 R           row counts of those four gathers (MPI path)
+  all-gather  2 N E 4        the image and text features, one gather (train/step.cpp:
+                             gather_embeddings, comm/tensors: allgather_rows)
+              2 N 8          image_id and label of the global batch, one exchange on the host
+                             (gather_ids_and_labels)
+              16 R           row counts of those two gathers on the MPI path (4 R with NCCL:
+                             the features' rows are the batch size, known to every rank)
 At one rank nothing is sent. On the wire a ring all-reduce sends 2 (R - 1) / R of its buffer per
 rank and a ring all-gather (R - 1) / R of its result; a reduce-scatter, which is all the cross-rank
 sums need (each rank keeps its own b rows), sends (R - 1) / R of it.
 
 Usage:
-  comm_model.py check METRICS.jsonl CONFIG R B   the run's comm_bytes_per_step against the model
+  comm_model.py check METRICS.jsonl CONFIG R B [--backend nccl]
+                                                  the run's comm_bytes_per_step against the model
                                                   (exactly, unless --tolerance)
   comm_model.py table CONFIG [--batch B ...] [--compute-ms MS ...] [--compute-batch B0]
                                                   [--bus-gbs GB/s ...]
@@ -43,15 +47,16 @@ def parameters(model_cfg):
     return sum(p.numel() for p in net.parameters())
 
 
-def payload(P, E, R, b):
+def payload(P, E, R, b, backend="mpi"):
     """Payload bytes per rank and step by collective kind (see the module's docstring)."""
     if R == 1:
         return {"allreduce": 0, "allgather": 0, "grads": 0, "feature_grad_sums": 0}
     N = R * b
     grads, sums = 4 * P, 2 * N * E * 4
+    counts = 16 * R if backend == "mpi" else 4 * R
     return {
         "allreduce": grads + sums + 4,
-        "allgather": 2 * N * E * 4 + 2 * N * 8 + 32 * R,
+        "allgather": 2 * N * E * 4 + 2 * N * 8 + counts,
         "grads": grads,
         "feature_grad_sums": sums,
     }
@@ -69,7 +74,7 @@ def wire(p, R, reduce_scatter=False):
 def check(args):
     cfg = twin.load_config(args.config)
     P, E = parameters(cfg["model"]), cfg["model"]["embed_dim"]
-    want = payload(P, E, args.ranks, args.batch)
+    want = payload(P, E, args.ranks, args.batch, args.backend)
     rows = [json.loads(line) for line in open(args.metrics)]
     got = [r["comm_bytes_per_step"] for r in rows if "comm_bytes_per_step" in r]
     if not got:
@@ -117,6 +122,27 @@ def table(args):
                     t = w / (bw * 1e9) * 1e3
                     cells.append(f"{t:.1f} ms ({100 * t / (t + c):.0f}%)")
                 print(f"| {R} | {b} | {c:g} | " + " | ".join(cells) + " |")
+    print("\nWith the gradient all-reduce overlapped with the backward (comm.bucket_mb, "
+          "train/grad_buckets.hpp): the backward, %.0f%% of the compute, hides the buckets it "
+          "outlasts; exposed per step = the features' collectives (before and after the backward) "
+          "+ max(last bucket of %g MB, gradient time - backward), and its share of the step:\n"
+          % (100 * args.backward_share, args.bucket_mb))
+    print(f"| GPUs | b | compute ms | {head} |")
+    print("|---|---|---|" + "---|" * len(args.bus_gbs))
+    for b in args.batch:
+        for R in args.ranks:
+            p = payload(P, E, R, b)
+            grads = 2 * (R - 1) / R * p["grads"]
+            rest = wire(p, R) - grads
+            last = 2 * (R - 1) / R * min(p["grads"], args.bucket_mb * mb)
+            for c0 in args.compute_ms:
+                c = c0 * b / args.compute_batch
+                cells = []
+                for bw in args.bus_gbs:
+                    to_ms = 1e3 / (bw * 1e9)
+                    t = (rest + max(last, grads - args.backward_share * c / to_ms)) * to_ms
+                    cells.append(f"{t:.1f} ms ({100 * t / (t + c):.0f}%)")
+                print(f"| {R} | {b} | {c:g} | " + " | ".join(cells) + " |")
     for b in args.batch:
         w = wire(payload(P, E, args.ranks[-1], b), args.ranks[-1])
         for c0 in args.compute_ms:
@@ -136,6 +162,8 @@ def main():
     c.add_argument("ranks", type=int)
     c.add_argument("batch", type=int)
     c.add_argument("--tolerance", type=float, default=0.0)
+    c.add_argument("--backend", choices=["mpi", "nccl"], default="mpi",
+                   help="the run's comm.backend (nccl: the feature gather exchanges no counts)")
     t = sub.add_parser("table")
     t.add_argument("config")
     t.add_argument("--batch", type=int, nargs="+", default=[32, 64])
@@ -143,6 +171,10 @@ def main():
     t.add_argument("--compute-ms", type=float, nargs="+", default=[100.0])
     t.add_argument("--compute-batch", type=int, default=32)
     t.add_argument("--bus-gbs", type=float, nargs="+", default=[350.0, 45.0, 12.0])
+    t.add_argument("--backward-share", type=float, default=2 / 3,
+                   help="the backward's share of a step's compute (two matmuls per forward one)")
+    t.add_argument("--bucket-mb", type=float, default=25.0,
+                   help="comm.bucket_mb: the last bucket waits for the end of the backward")
     args = ap.parse_args()
     return check(args) if args.cmd == "check" else table(args)
 

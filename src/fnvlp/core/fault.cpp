@@ -20,9 +20,10 @@ namespace fnvlp::fault {
 
 namespace {
 
-constexpr const char* kSites[] = {
-    "checkpoint.write", "checkpoint.kill", "step.kill",     "step.sleep",   "step.throw",
-    "step.nan",         "shard.read",      "startup.sleep", "export.sleep", "progress.sleep"};
+constexpr const char* kSites[] = {"checkpoint.write", "checkpoint.kill", "step.kill",
+                                  "step.sleep",       "step.throw",      "step.nan",
+                                  "shard.read",       "startup.sleep",   "export.sleep",
+                                  "progress.sleep",   "comm.sleep"};
 
 struct Entry {
   std::string site;

@@ -26,6 +26,9 @@
 //   shard.read        throws an I/O error naming the shard file and dataset at an image read
 //   startup.sleep     sleeps ARG seconds in the trainer's start-up (after the shards are opened)
 //   export.sleep      sleeps ARG seconds in an embedding export (event: the epoch)
+//   comm.sleep        sleeps ARG seconds before a rank starts its last gradient buckets
+//                     (train/grad_buckets.hpp: a rank that never joins the all-reduce; event: the
+//                     process's count of backward passes)
 //   progress.sleep    sleeps ARG seconds at a progress report (core/progress.hpp: a tool's loops,
 //                     fnvlp-shard, -eval, -simstat; event: the process's count of reports)
 // An unknown site or a malformed entry throws fnvlp::Error naming FNVLP_FAULT at the first point()

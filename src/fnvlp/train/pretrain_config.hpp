@@ -164,8 +164,13 @@ struct CommConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(
       (CommBackend, backend, CommBackend::kAuto),
-      // a device collective waiting longer is aborted (a failed peer ends the job, not hangs it)
-      (double, timeout_s, 600, config::above(0)))
+      // A collective waiting longer is aborted (a failed peer ends the job, not hangs it): the
+      // device collectives and the gradient buckets. Below watchdog.timeout_s, so that the job's
+      // message names the collective rather than only the step.
+      (double, timeout_s, 300, config::above(0)),
+      // The gradient all-reduce overlapped with the backward in buckets of about this many MiB
+      // (train/grad_buckets.hpp; PyTorch DDP's 25 by default); 0: one all-reduce after it.
+      (double, bucket_mb, 25, config::at_least(0)))
   // clang-format on
 };
 

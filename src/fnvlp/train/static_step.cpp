@@ -23,6 +23,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "fnvlp/comm/job_main.hpp"
@@ -174,8 +175,7 @@ torch::Tensor Trainer::static_forward(const StaticInputs& in, loss::ItcInputs& i
   // ITC in fp32 against the global batch, as the eager step (step.cpp itc_inputs).
   itc_in.img = img.to(torch::kFloat);
   itc_in.txt = txt.to(torch::kFloat);
-  itc_in.img_all = allgather_rows(comm_, itc_in.img, nullptr);
-  itc_in.txt_all = allgather_rows(comm_, itc_in.txt, nullptr);
+  std::tie(itc_in.img_all, itc_in.txt_all) = gather_embeddings(itc_in.img, itc_in.txt, nullptr);
   itc_in.offset = in.offset;
   itc_in.temp = model_->temp();
   itc_in.image_id = in.image_id;
@@ -232,12 +232,10 @@ void Trainer::static_device_step(const StaticInputs& in) {
   }
   if (itc_in.cross_rank_grad) {  // the exact data-parallel ITC gradient (loss/itc.hpp)
     loss::ItcGatheredGrads g = loss::itc_gathered_grads(itc);
-    sum_rows(g.img_all);
-    sum_rows(g.txt_all);
+    sum_gathered_grads(g);
     total = total + cfg_.loss.itc_weight * loss::itc_cross_rank_term(itc_in, g);
   }
-  total.backward();  // NaN gradients of a skipped step are never applied, and zeroed next step
-  grads_->allreduce_mean(comm_);
+  backward_and_average(total);  // NaN gradients of a skipped step are never applied
   if (flagged_adamw_) {
     flagged_adamw_->step(in.lr, finite);
   } else if (finite.item<float>() != 0.0f) {  // the first step: it creates AdamW's state

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "fnvlp/core/fault.hpp"
@@ -15,6 +17,7 @@
 #include "fnvlp/loss/mlm.hpp"
 #include "fnvlp/model/autocast.hpp"
 #include "fnvlp/train/fused_adamw.hpp"
+#include "fnvlp/train/grad_buckets.hpp"
 #include "fnvlp/train/schedule.hpp"
 #include "fnvlp/train/signals.hpp"
 #include "fnvlp/train/trainer_impl.hpp"
@@ -67,8 +70,7 @@ StepLosses Trainer::train_step(const data::Batch& host_batch) {
   const bool finite = all_finite(comm_, out.total);
   if (in.cross_rank_grad && finite) {  // the exact data-parallel ITC gradient (loss/itc.hpp)
     loss::ItcGatheredGrads g = loss::itc_gathered_grads(itc);
-    sum_rows(g.img_all);
-    sum_rows(g.txt_all);
+    sum_gathered_grads(g);
     total = total + cfg_.loss.itc_weight * loss::itc_cross_rank_term(in, g);
   }
   grads_->zero();
@@ -81,10 +83,7 @@ StepLosses Trainer::train_step(const data::Batch& host_batch) {
                    step_, skips_.consecutive());
     return out;
   }
-  total.backward();
-  clock_.lap(StepClock::kBackward);
-  grads_->allreduce_mean(comm_);
-  clock_.lap(StepClock::kComm);
+  backward_and_average(total);
   // Clipping's scale applied inside the AdamW pass (no pass of its own over the gradients).
   adamw_step(*optimizer_, *grads_, cfg_.optim.grad_clip);
   clock_.lap(StepClock::kOptimizer);
@@ -136,18 +135,17 @@ loss::ItcInputs Trainer::itc_inputs(StepContext& s) {
   if (!built) {
     in.img = s.img;
     in.txt = s.txt;
-    in.img_all = allgather_rows(comm_, s.img, &in.offset);
-    in.txt_all = allgather_rows(comm_, s.txt, nullptr);
+    std::tie(in.img_all, in.txt_all) = gather_embeddings(s.img, s.txt, &in.offset);
     in.temp = s.temp;
     in.image_id = batch.image_id;
-    in.image_id_all = allgather_ids(comm_, s.host.image_id, device_.device);
+    std::tie(in.image_id_all, s.label_all) = gather_ids_and_labels(s.host);
     in.soft = cfg_.loss.soft_targets == negatives::SoftTargetsKind::kNone
                   ? loss::SoftTargets::kNone
                   : loss::SoftTargets::kPseudo;
     in.soft_weight = s.soft_weight;
     in.cross_rank_grad = comm_.size() > 1;
   }
-  s.label_all = allgather_ids(comm_, s.host.label, device_.device);
+  if (!s.label_all.defined()) s.label_all = allgather_ids(comm_, s.host.label, device_.device);
   // Negatives of each local anchor: every global column that does not share its image_id.
   s.negative = in.image_id.unsqueeze(1) != in.image_id_all.unsqueeze(0);
   clock_.lap(StepClock::kForward);
@@ -215,9 +213,41 @@ torch::Tensor Trainer::mlm_loss(StepContext& s, const std::vector<torch::Tensor>
   return l.to(torch::kFloat);
 }
 
-void Trainer::sum_rows(torch::Tensor& t) {
-  t = t.to(torch::kFloat).contiguous();
-  allreduce_sum(comm_, t);
+void Trainer::backward_and_average(const torch::Tensor& total) {
+  if (buckets_) buckets_->begin();
+  total.backward();
+  clock_.lap(StepClock::kBackward);
+  if (buckets_)
+    buckets_->finish();
+  else
+    grads_->allreduce_mean(comm_);
+  clock_.lap(StepClock::kComm);  // with buckets: the wait for the ones not done by now
+}
+
+std::pair<torch::Tensor, torch::Tensor> Trainer::gather_embeddings(const torch::Tensor& img,
+                                                                   const torch::Tensor& txt,
+                                                                   int64_t* offset) {
+  const int64_t e = img.size(1);
+  const torch::Tensor both =
+      allgather_rows(comm_, torch::cat({img, txt}, 1), offset, cfg_.train.batch_size);
+  return {both.narrow(1, 0, e).contiguous(), both.narrow(1, e, e).contiguous()};
+}
+
+std::pair<torch::Tensor, torch::Tensor> Trainer::gather_ids_and_labels(const data::Batch& host) {
+  const int64_t b = host.size();
+  const torch::Tensor both = allgather_ids(
+      comm_, torch::cat({host.image_id.to(torch::kLong), host.label.to(torch::kLong)}),
+      device_.device);
+  const torch::Tensor per_rank = both.view({comm_.size(), 2, b});
+  return {per_rank.select(1, 0).reshape({-1}), per_rank.select(1, 1).reshape({-1})};
+}
+
+void Trainer::sum_gathered_grads(loss::ItcGatheredGrads& g) {
+  const int64_t e = g.img_all.size(1);
+  torch::Tensor both = torch::cat({g.img_all, g.txt_all}, 1).to(torch::kFloat).contiguous();
+  allreduce_sum(comm_, both);
+  g.img_all = both.narrow(1, 0, e);
+  g.txt_all = both.narrow(1, e, e);
 }
 
 }  // namespace fnvlp::train

@@ -31,6 +31,7 @@
 #include "fnvlp/train/batch_source.hpp"
 #include "fnvlp/train/embed_export.hpp"
 #include "fnvlp/train/fused_adamw.hpp"
+#include "fnvlp/train/grad_buckets.hpp"
 #include "fnvlp/train/grad_sync.hpp"
 #include "fnvlp/train/methods.hpp"
 #include "fnvlp/train/schedule.hpp"
@@ -110,6 +111,9 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
   model_->to(device_.device);
   params_ = model_->parameters();
   grads_ = std::make_unique<FlatGradients>(params_);
+  if (cfg_.comm.bucket_mb > 0 && GradBuckets::applies(comm_, grads_->buffer(), nccl_.get()))
+    buckets_ = std::make_unique<GradBuckets>(comm_, *grads_, params_, cfg_.comm.bucket_mb,
+                                             cfg_.comm.timeout_s, nccl_.get());
   optimizer_ = make_adamw(cfg_.optim, params_);
   env_ = std::make_unique<negatives::MethodEnv>(negatives::MethodEnv{
       comm_, model_, cfg_.model, partition_, augment_, dataset_.num_pairs(), cfg_.train.batch_size,
@@ -177,6 +181,16 @@ int Trainer::run(Watchdog& dog) {
     s.error = why;
     run_.write_summary(s, true);
   });
+  // The NCCL watch ends the job from its thread too (a collective failed or timed out).
+  if (nccl_)
+    nccl_->set_last_words([this](const std::string& why) {
+      RunSummary s;
+      s.status = RunStatus::kFailed;
+      s.exit_code = 1;
+      s.steps = std::max<int64_t>(step_, 0);
+      s.error = why;
+      run_.write_summary(s, true);
+    });
   if (epoch_ > 0) restore_epoch_embeddings();
   if (resplit_from_ > 0) continue_on_new_ranks();
   total_steps_ = last_step();
@@ -278,6 +292,7 @@ int Trainer::run(Watchdog& dog) {
 CommTraffic Trainer::traffic() const {
   CommTraffic t = comm_.traffic();
   if (nccl_) t += nccl_->traffic();
+  if (buckets_) t.allreduce += buckets_->mpi_bytes();
   return t;
 }
 

@@ -37,6 +37,7 @@
 namespace fnvlp::train {
 
 class FlaggedAdamW;
+class GradBuckets;
 class StepGraphs;
 
 // The static step's inputs (train.static_step, train.cuda_graphs): tensors on the model's device at
@@ -133,7 +134,17 @@ class Trainer {
   // (skipped at weight 0, as in retrieval fine-tuning: a third of the step's compute).
   torch::Tensor mlm_loss(negatives::StepContext& s, const std::vector<torch::Tensor>& image_keys);
 
-  void sum_rows(torch::Tensor& t);
+  // The local image and text embeddings [b, E] gathered over the ranks in one collective.
+  std::pair<torch::Tensor, torch::Tensor> gather_embeddings(const torch::Tensor& img,
+                                                            const torch::Tensor& txt,
+                                                            int64_t* offset);
+  // image_id and label of the global batch [N] each, in one exchange (on the host).
+  std::pair<torch::Tensor, torch::Tensor> gather_ids_and_labels(const data::Batch& host);
+  // ITC's cross-rank gradient sums of the gathered image and text rows, in one all-reduce.
+  void sum_gathered_grads(loss::ItcGatheredGrads& g);
+  // The backward of `total` and the gradients averaged over the ranks: the buckets overlapped
+  // with it (comm.bucket_mb), or one all-reduce after it. Laps the clock's backward and comm.
+  void backward_and_average(const torch::Tensor& total);
 
   bool bf16() const { return cfg_.train.precision == Precision::kBf16; }
 
@@ -208,6 +219,7 @@ class Trainer {
   model::Albef model_{nullptr};
   std::vector<torch::Tensor> params_;
   std::unique_ptr<FlatGradients> grads_;  // params_' gradients, one buffer for the allreduce
+  std::unique_ptr<GradBuckets> buckets_;  // comm.bucket_mb > 0 at more than one rank
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<negatives::MethodEnv> env_;
   std::vector<std::unique_ptr<negatives::Method>> methods_;
