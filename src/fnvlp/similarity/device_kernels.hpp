@@ -190,10 +190,17 @@ void fold_exact(const Space& space, const View2<double, Space>& sims, int64_t co
             lam_lab += (lab >= 0 && label(c0 + j) == lab) ? 1 : 0;
           }
         });
+        // A barrier after each: Kokkos 3.4's CUDA team_reduce keeps its partial results in one
+        // static shared array per value type, which a fast warp's next reduction would overwrite
+        // while others still read it.
         t.team_reduce(Kokkos::Min<int32_t>(lo));
+        t.team_barrier();
         t.team_reduce(Kokkos::Max<int32_t>(hi));
+        t.team_barrier();
         t.team_reduce(Kokkos::Sum<int64_t>(lam_n));
+        t.team_barrier();
         t.team_reduce(Kokkos::Sum<int64_t>(lam_lab));
+        t.team_barrier();
         t.team_reduce(Kokkos::Sum<int64_t>(rechecked));
         t.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(t, bins), [&](const int32_t b) {
@@ -313,7 +320,9 @@ void filter_window(const Space& space, const View2<float, Space>& sims, int64_t 
           }
         });
         t.team_reduce(Kokkos::Sum<int64_t>(above_label));
+        t.team_barrier();  // as in fold_exact
         t.team_reduce(Kokkos::Sum<int64_t>(rechecked));
+        t.team_barrier();
         Kokkos::single(Kokkos::PerTeam(t), [&]() {
           dr.above_label(i) += above_label;
           st.scalar_n(i) += rechecked;
@@ -373,8 +382,7 @@ KOKKOS_INLINE_FUNCTION double standin_move(int64_t i, int64_t j) {
 
 template <typename Space>
 void gemm_f64_standin(const Space& space, const View2<double, Space>& a, int64_t rows,
-                      const View2<double, Space>& c, int64_t cols,
-                      const View2<double, Space>& s) {
+                      const View2<double, Space>& c, int64_t cols, const View2<double, Space>& s) {
   const auto dim = static_cast<int64_t>(a.extent(1));
   Kokkos::parallel_for(
       "fnvlp::similarity::gemm_f64_standin", Kokkos::RangePolicy<Space>(space, 0, rows * cols),
