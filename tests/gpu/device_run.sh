@@ -7,7 +7,7 @@
 #   kokkos: simstat on the GPU (the programs of a build against Kokkos on CUDA): its tests against
 #           the host, the named failure without a visible GPU, tests/bench/bench_simstat_device.sh
 #           (exactness of a whole job against the host, speed at N = 1M against the GEMM floor and
-#           PyTorch); about 4 minutes
+#           PyTorch); sized for 5 minutes, each step under `timeout`, not yet run on a GPU
 # Results go to $OUT (gpu_checks.log, results.jsonl, ...). Usage: device_run.sh DIR PART...
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
