@@ -7,6 +7,7 @@
 
 #include "fnvlp/comm/job_main.hpp"
 #include "fnvlp/comm/watchdog.hpp"
+#include "fnvlp/core/error.hpp"
 #include "fnvlp/similarity/simstat.hpp"
 #include "fnvlp/similarity/spaces.hpp"
 
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
     fnvlp::similarity::JobOptions o;
     auto& p = o.params;
     double watchdog_s = 1800;
+    std::string path = "auto";
     cxxopts::Options cli("fnvlp-simstat",
                          "Global similarity statistics of an embeddings file (run under mpirun)");
     // clang-format off
@@ -37,8 +39,17 @@ int main(int argc, char** argv) {
       ("fnc-batch", "batch size of the FNC simulation (0: off)",
        cxxopts::value(p.fnc_batch)->default_value("256"))
       ("fnc-seed", "seed of the FNC batches", cxxopts::value(p.fnc_seed)->default_value("0"))
+      ("device-tile", "candidate columns per GEMM tile on a GPU (the device path)",
+       cxxopts::value(p.device_tile)->default_value("32768"))
+      ("device-memory-mb", "device memory per rank for one block's buffers on a GPU, besides "
+       "the resident candidates (N x (4 dim + 12) bytes)",
+       cxxopts::value(p.device_memory_mb)->default_value("8192"))
       ("start-sample", "candidates sampled for the starting thresholds (-1: N/64, at most 8192; "
        "0: none; results never change)", cxxopts::value(p.start_sample)->default_value("-1"))
+      ("path", "auto (a GPU where the build's Kokkos runs on one, else the host), host (the BLAS "
+       "GEMM), generic (the exact double sums on the host, which a GPU's results equal bit for "
+       "bit) or device (a GPU's algorithm; on the host with stand-ins for its GEMMs)",
+       cxxopts::value(path)->default_value("auto"))
       ("threads", "Kokkos threads per rank where its host backend is threaded (OpenMP); the "
        "GEMM runs on one BLAS thread", cxxopts::value(o.threads)->default_value("1"))
       ("watchdog-s", "abort the job (exit 4) when a rank reports no progress for this many "
@@ -46,6 +57,11 @@ int main(int argc, char** argv) {
     // clang-format on
     const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm, {"embeddings", "out"});
     if (!parsed) return 0;
+    FNVLP_CHECK(path == "auto" || path == "host" || path == "generic" || path == "device",
+                "--path must be auto, host, generic or device, got '" << path << "'");
+    p.host = path == "host" || path == "generic";
+    p.generic_path = path == "generic";
+    p.device_path = path == "device";
     const fnvlp::ToolWatchdog dog(comm, watchdog_s);
     fnvlp::similarity::KokkosRuntime kokkos(o.threads);  // after MPI, finalised before MPI_Finalize
     const auto s = fnvlp::similarity::run_simstat(comm, o);

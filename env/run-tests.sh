@@ -23,7 +23,8 @@ fi
 # simstat against a Kokkos with another backend (env/install-kokkos.sh; label kokkos): OpenMP, its
 # kernels on 2 threads per rank; with the GPU configuration, CUDA: the Kokkos sources compiled by
 # nvcc (the device path checked by the compiler), their tests Skipped without a GPU, the named
-# failure without one checked. Past the legs above (ccache), about 1 and 4-8 minutes here: the CUDA
+# failure without one checked, and sm_80 and sm_90 code in the Kokkos library and fnvlp-simstat
+# (kokkos.cuda_arch: Kokkos aborts on Hopper without sm_90 code). Past the legs above (ccache), about 1 and 4-8 minutes here: the CUDA
 # one compiles its nvcc sources and those under its own precompiled torch header again.
 kokkos_rc=0
 [ "${FNVLP_SKIP_KOKKOS:-0}" = 1 ] || bash "$root/env/install-kokkos.sh" openmp >/dev/null || kokkos_rc=$?

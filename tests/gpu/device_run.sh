@@ -6,6 +6,8 @@
 #   bench:  tests/bench/gpu_pretrain.sh
 #   kokkos: simstat on the GPU (the programs of a build against Kokkos on CUDA): its tests against
 #           the host, the named failure without a visible GPU, tests/bench/bench_simstat_device.sh
+#           (exactness of a whole job against the host, speed at N = 1M against the GEMM floor and
+#           PyTorch); sized for 5 minutes, each step under `timeout`, not yet run on a GPU
 # Results go to $OUT (gpu_checks.log, results.jsonl, ...). Usage: device_run.sh DIR PART...
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -71,8 +73,9 @@ for part in "$@"; do
     check kokkos_mpi_np2 bash "$root/tests/env/kokkos_backend.sh" mpirun --oversubscribe -np 2 \
       "$kb/fnvlp_simstat_mpi_tests"
     check kokkos_no_device bash "$root/tests/env/kokkos_no_device.sh" "$kb/fnvlp-simstat"
-    check kokkos_bench bash "$root/tests/bench/bench_simstat_device.sh" "$bin/analysis/fnvlp-simstat" \
-      "$kb/fnvlp-simstat" "$kb/bench_simstat"
+    check kokkos_bench env WORK=/tmp/fnvlp-kokkos-bench bash "$root/tests/bench/bench_simstat_device.sh" \
+      "$kb/fnvlp-simstat" "$kb/bench_simstat" "$FNVLP_PYTHON"
+    cat "$out/kokkos_bench.log"
     ;;
   *) echo "unknown part $part" ;;
   esac

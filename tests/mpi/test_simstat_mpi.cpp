@@ -64,8 +64,14 @@ void check_run(const Comm& comm, const data::Embeddings& e, const data::Embeddin
     const auto& anchors = image ? e.image_emb : e.text_emb;
     const auto& cands = image ? e.text_emb : e.image_emb;
     const auto& lambda = image ? lam_src.glofnd_lambda_image : lam_src.glofnd_lambda_text;
+    // Over the similarities of the path that ran (the device path's and the generic path's are
+    // dot_in_double's).
     const auto ref =
-        test::brute_force(anchors, cands, n, e.dim, e.image_id, e.label, lambda, batch, p.alpha);
+        similarity::takes_generic_path(p)
+            ? test::brute_force_of(test::generic_similarities(anchors, cands, n, e.dim).data(), n,
+                                   e.image_id, e.label, lambda, batch, p.alpha)
+            : test::brute_force(anchors, cands, n, e.dim, e.image_id, e.label, lambda, batch,
+                                p.alpha);
     const auto thr = read<float>(opt.out, "threshold_" + m);
     const auto fnc = read<float>(opt.out, "fnc_threshold_" + m);
     for (int64_t i = 0; i < n; ++i) {
@@ -151,10 +157,35 @@ TEST_F(SimstatMpi, ExactForAnyRankCountAndTile) {
       opt.json = (dir / "summary.json").string();
       nlohmann::json summary;
       check_run(comm, e, e, opt, &summary);
-      EXPECT_EQ(summary["image"]["start_sample"].get<int64_t>(), v.sample < 0 ? 0 : v.sample);
-      if (v.sigmas < 0 && !adversarial)
+      // Starting thresholds are the host paths' (the device path has none).
+      const bool device = summary["path"] == "device";
+      EXPECT_EQ(summary["image"]["start_sample"].get<int64_t>(),
+                v.sample < 0 || device ? 0 : v.sample);
+      if (v.sigmas < 0 && !adversarial && !device)
         EXPECT_GT(summary["text"]["restarted_anchors"].get<int64_t>(), 0);
       if (v.sample < 0) EXPECT_EQ(summary["text"]["restarted_anchors"].get<int64_t>(), 0);
+    }
+  }
+}
+
+// The device path (on the host here with its GEMMs' stand-ins; on the GPU in a device build):
+// exact for any rank count, tile and block, its quantiles those of one undistributed pass.
+TEST_F(SimstatMpi, DevicePathExactForAnyRankCountAndTile) {
+  Comm comm;
+  h5::quiet();
+  for (const bool adversarial : {false, true}) {
+    const auto dir = work_dir(comm, adversarial ? "device_adv" : "device_rand");
+    const auto e = test::make_embeddings(203, 16, adversarial ? 31 : 32, adversarial);
+    auto opt = job_on(comm, dir, e, {0.03, 11, 256, 20, 5});
+    opt.params.device_path = true;
+    for (const auto [tile, block] : {std::pair<int64_t, int64_t>{37, 16}, {203, 1000}, {5, 3}}) {
+      SCOPED_TRACE("tile " + std::to_string(tile) + " block " + std::to_string(block));
+      opt.params.device_tile = tile;
+      opt.params.row_block = block;
+      opt.out = (dir / ("stats-" + std::to_string(tile) + ".h5")).string();
+      nlohmann::json summary;
+      check_run(comm, e, e, opt, &summary);
+      EXPECT_EQ(summary["path"], "device");
     }
   }
 }

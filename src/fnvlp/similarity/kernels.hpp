@@ -402,9 +402,50 @@ KOKKOS_INLINE_FUNCTION int64_t quantile_rank(int64_t j, int64_t m, int64_t n) {
   return m > 1 ? 1 + (j * (n - 1)) / (m - 1) : n;
 }
 
-// Exact thresholds and counts from the reservoir; quantiles from the histogram (each estimate
-// lies in the bin of the true order statistic, so |error| < 2 / bins; the minimum and maximum are
-// exact). A row whose tau0 turned out too high gets restart = 1 and no threshold or counts.
+// a * b rounded once, never fused with a following add: nvcc contracts a * b + c into an FMA by
+// default (host code here has no FMA), which would give a device other bits than the host.
+KOKKOS_INLINE_FUNCTION float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+// Row i's quantile profile from its histogram `hist` (bins counts; bin 0 may hold values only where
+// vmin is in it) and its exact minimum lo and maximum hi: quantiles(i, j) for j < m. Each estimate
+// lies in the bin of the true order statistic, so |error| < 2 / bins; j = 0 and m - 1 are exact.
+// The walk goes up the histogram once for all m ascending ranks. Outside bin 0 only the bins of
+// [lo, hi] are non-zero, so it jumps from bin 0 to lo's: a few hundred bins of 4,096 on real
+// embeddings.
+template <typename Quantiles>
+KOKKOS_INLINE_FUNCTION void quantile_profile(const int32_t* hist, int32_t bins, float lo, float hi,
+                                             const Quantiles& quantiles, int64_t i) {
+  const int64_t m = static_cast<int64_t>(quantiles.extent(1));
+  const float width = 2.0f / static_cast<float>(bins);
+  const int32_t b_lo = sim_bin(lo, bins), b_hi = sim_bin(hi, bins);
+  int64_t total = b_lo > 0 ? hist[0] : 0;
+  for (int32_t b = b_lo; b <= b_hi; ++b) total += hist[b];
+  int64_t below = 0;
+  int32_t b = 0;
+  for (int64_t j = 0; j < m; ++j) {
+    const int64_t a = quantile_rank(j, m, total);
+    while (below + hist[b] < a) {
+      below += hist[b];
+      b = b < b_lo ? b_lo : b + 1;
+    }
+    // Midpoint rule inside the bin: the (a - below)-th of hist values spread evenly.
+    const float frac = (static_cast<float>(a - below) - 0.5f) / static_cast<float>(hist[b]);
+    float q = -1.0f + mul_rn(width, static_cast<float>(b) + frac);
+    q = q < lo ? lo : (q > hi ? hi : q);
+    if (a == 1) q = lo;
+    if (a == total) q = hi;
+    quantiles(i, j) = q;
+  }
+}
+
+// Exact thresholds and counts from the reservoir; quantiles from the histogram (quantile_profile).
+// A row whose tau0 turned out too high gets restart = 1 and no threshold or counts.
 template <typename Space>
 void finalize_rows(const Space& space, const RowState<Space>& st, const RowResult<Space>& out,
                    int64_t rows) {
@@ -465,31 +506,8 @@ void finalize_rows(const Space& space, const RowState<Space>& st, const RowResul
           for (int64_t t = 0; t < n; ++t) same += flags[t];
           out.count_lab(i) = same;
         }
-        // Quantile profile: walk the histogram upwards once for all m ascending ranks. Outside
-        // bin 0 (NaN) only the bins of [vmin, vmax] are non-zero (vmax is the maximum here), so
-        // the walk jumps from bin 0 to vmin's: a few hundred bins of 4,096 on real embeddings.
-        const float width = 2.0f / static_cast<float>(bins);
-        const float lo = st.vmin(i), hi = st.vmax(i);
-        const int32_t b_lo = sim_bin(lo, bins), b_hi = sim_bin(hi, bins);
-        int64_t total = b_lo > 0 ? st.hist(i, 0) : 0;
-        for (int32_t b = b_lo; b <= b_hi; ++b) total += st.hist(i, b);
-        int64_t below = 0;
-        int32_t b = 0;
-        for (int64_t j = 0; j < m; ++j) {
-          const int64_t a = quantile_rank(j, m, total);
-          while (below + st.hist(i, b) < a) {
-            below += st.hist(i, b);
-            b = b < b_lo ? b_lo : b + 1;
-          }
-          // Midpoint rule inside the bin: the (a - below)-th of hist values spread evenly.
-          const float frac =
-              (static_cast<float>(a - below) - 0.5f) / static_cast<float>(st.hist(i, b));
-          float q = -1.0f + width * (static_cast<float>(b) + frac);
-          q = q < lo ? lo : (q > hi ? hi : q);
-          if (a == 1) q = lo;
-          if (a == total) q = hi;
-          out.quantiles(i, j) = q;
-        }
+        // vmax is the maximum here (no restart).
+        quantile_profile(&st.hist(i, 0), bins, st.vmin(i), st.vmax(i), out.quantiles, i);
       });
 }
 
@@ -530,7 +548,9 @@ void batch_topk(const Space& space, const RowState<Space>& st, double alpha,
 // depend on the two embeddings alone, on any backend and any decomposition (the fast path gets the
 // same guarantee from the GEMM places of similarity_blocks). They can differ from the BLAS GEMM's
 // float32 sums in the last bits; where every partial sum is exact in float they are equal.
-KOKKOS_INLINE_FUNCTION float dot_in_double(const float* a, const float* c, int64_t dim) {
+// T is float, or double holding floats (the device path's copies): the same products either way.
+template <typename T>
+KOKKOS_INLINE_FUNCTION float dot_in_double(const T* a, const T* c, int64_t dim) {
   double s = 0.0;
   for (int64_t k = 0; k < dim; ++k) s += static_cast<double>(a[k]) * static_cast<double>(c[k]);
   return static_cast<float>(s);

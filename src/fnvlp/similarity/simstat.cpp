@@ -11,15 +11,13 @@
 #include <fstream>
 #include <functional>
 #include <limits>
-#include <map>
-#include <numeric>
 #include <random>
-#include <unordered_map>
-#include <unordered_set>
 
 #include "fnvlp/core/progress.hpp"
 #include "fnvlp/data/embeddings.hpp"
 #include "fnvlp/data/h5.hpp"
+#include "fnvlp/similarity/block_steps.hpp"
+#include "fnvlp/similarity/device_path.hpp"
 #include "fnvlp/similarity/kernels.hpp"
 #include "fnvlp/similarity/spaces.hpp"
 #include "fnvlp/store/run_dir.hpp"
@@ -27,13 +25,6 @@
 namespace fnvlp::similarity {
 
 namespace {
-
-// A host vector in the memory of Space: the vector itself where Space is a host space, else a copy.
-template <typename Space, typename T>
-auto to_space(const std::vector<T>& v) {
-  return Kokkos::create_mirror_view_and_copy(Mem<Space>(),
-                                             HostUnmanaged1<const T>(v.data(), v.size()));
-}
 
 // Rows [0, n) of a host column where the kernels read it: the vector itself on a host space, else
 // a copy into `dev` (allocated once for the largest tile).
@@ -53,65 +44,6 @@ auto tile_view(const std::vector<T>& host, int64_t n, const View1<T, Space>& dev
 template <typename View>
 auto first_rows(const View& v, int64_t n) {
   return Kokkos::subview(v, std::make_pair(int64_t{0}, n), Kokkos::ALL);
-}
-
-// Copies a host range into a view of the execution space (a no-op copy on Serial).
-template <typename T, typename View>
-void upload(const View& dst, const T* src, int64_t n) {
-  auto mirror = Kokkos::create_mirror_view(dst);
-  for (int64_t i = 0; i < n; ++i) mirror(i) = src[i];
-  Kokkos::deep_copy(dst, mirror);
-}
-
-template <typename T, typename View>
-void download_append(std::vector<T>& dst, const View& src, int64_t n) {
-  auto mirror = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), src);
-  for (int64_t i = 0; i < n; ++i) dst.push_back(mirror(i));
-}
-
-void check_params(const Params& p, int64_t dim) {
-  FNVLP_CHECK(p.alpha > 0.0 && p.alpha <= 1.0, "--alpha must be in (0, 1], got " << p.alpha);
-  FNVLP_CHECK(p.quantiles >= 2, "--quantiles must be >= 2, got " << p.quantiles);
-  FNVLP_CHECK(p.bins >= 2, "histogram bins must be >= 2, got " << p.bins);
-  FNVLP_CHECK(p.tile >= 1 && p.row_block >= 1, "tile and row block must be >= 1");
-  FNVLP_CHECK(p.memory_mb >= 1, "memory budget must be >= 1 MiB");
-  FNVLP_CHECK(dim >= 1, "embedding dimension must be >= 1");
-}
-
-// A NaN would silently fall out of every comparison and break the counts: reject it by row.
-void check_finite(const float* v, int64_t rows, int64_t dim, int64_t row0, const char* what) {
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t k = 0; k < dim; ++k)
-      FNVLP_CHECK(std::isfinite(v[i * dim + k]), what << " embedding of pair " << row0 + i
-                                                      << " has a non-finite value at column " << k);
-}
-
-// Column ids grouped by a key (image_id, FNC batch), each group sorted by column: a row's positives
-// and its batch become one range [begin, end) that the tiles walk in order (accumulate_tile).
-struct ColumnGroups {
-  std::vector<int64_t> cols;
-  std::unordered_map<int64_t, std::pair<int64_t, int64_t>> range;
-  std::pair<int64_t, int64_t> of(int64_t key) const {
-    const auto it = range.find(key);
-    return it == range.end() ? std::pair<int64_t, int64_t>{0, 0} : it->second;
-  }
-};
-
-// Groups (key, column) pairs collected in ascending column order: a stable sort by key keeps each
-// group's columns sorted.
-ColumnGroups group_columns(std::vector<std::pair<int64_t, int64_t>> keyed) {
-  std::stable_sort(keyed.begin(), keyed.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  ColumnGroups g;
-  const auto n = static_cast<int64_t>(keyed.size());
-  g.cols.resize(keyed.size());
-  for (int64_t b = 0, e; b < n; b = e) {
-    const int64_t v = keyed[static_cast<size_t>(b)].first;
-    for (e = b; e < n && keyed[static_cast<size_t>(e)].first == v; ++e)
-      g.cols[static_cast<size_t>(e)] = keyed[static_cast<size_t>(e)].second;
-    g.range[v] = {b, e};
-  }
-  return g;
 }
 
 // Starting thresholds tau0 (kernels.hpp) of a block's anchors [0, rows) (global rows row0 + i, with
@@ -287,17 +219,200 @@ std::vector<int64_t> fnc_batches(int64_t n, int64_t batch, uint64_t seed) {
 
 namespace {
 
-// anchor_stats on Space. The fast path (kFast: a host space, generic path not forced) folds the
-// blocks of the host BLAS GEMM straight from cache with the AVX2 chunk test. The generic path, the
-// one a device takes, copies the anchors and each candidate tile to Space's memory, computes the
-// similarities there (similarity_kernel) and folds them with the portable chunk test; only
-// embeddings go in and per-row results come out. Both give exact results for their similarities.
+// The candidate stream of anchor_stats's host paths for one block of anchors at a time. The fast
+// path (kFast: a host space, generic path not forced) folds the blocks of the host BLAS GEMM
+// straight from cache with the AVX2 chunk test. The generic path copies the anchors and each
+// candidate tile to Space's memory, computes the similarities there (similarity_kernel) and folds
+// them with the portable chunk test. Both give exact results for their similarities.
+template <typename Space, bool kGeneric>
+class HostStream {
+ public:
+  static constexpr bool kFast = !kGeneric && kOnHost<Space>;
+
+  HostStream(const float* anchors, int64_t row0, int64_t dim,
+             const CandidateReader& read_candidates, int64_t n_cols,
+             const ColumnReader& read_columns, const Params& p, const AnchorColumns& cols,
+             const BlockState<Space>& bs, int64_t block_rows, std::vector<float> sample)
+      : anchors_(anchors),
+        row0_(row0),
+        dim_(dim),
+        n_cols_(n_cols),
+        tile_(std::min(p.tile, std::max<int64_t>(n_cols, 1))),
+        read_candidates_(read_candidates),
+        read_columns_(read_columns),
+        p_(p),
+        cols_(cols),
+        bs_(bs),
+        sample_(std::move(sample)),
+        cand_(static_cast<size_t>(tile_ * dim)),
+        tile_id_(static_cast<size_t>(tile_)),
+        tile_batch_(tile_id_.size()),
+        tile_label_(tile_id_.size()) {
+    if constexpr (!kOnHost<Space>) {
+      tile_id_dev_ = View1<int64_t, Space>("fnvlp::similarity::tile_image_id", tile_);
+      tile_label_dev_ = View1<int32_t, Space>("fnvlp::similarity::tile_label", tile_);
+    }
+    if (!kFast && block_rows > 0) allocate_generic(block_rows);
+  }
+
+  // The generic path's anchors of the block [b0, b0 + rb) into Space's memory.
+  void load_anchors(int64_t b0, int64_t rb) const {
+    if (!kFast)
+      Kokkos::deep_copy(first_rows(a_dev_, rb),
+                        HostUnmanaged2<const float>(anchors_ + b0 * dim_, static_cast<size_t>(rb),
+                                                    static_cast<size_t>(dim_)));
+  }
+
+  // Starting thresholds of the block's anchors (start_thresholds), from the sample's similarities
+  // computed as the stream computes them (dot_in_double on the generic path), so that a start is
+  // one of the values the stream will see.
+  std::vector<float> start_of(int64_t b0, int64_t rb) const {
+    const int64_t m = cols_.sample;
+    if (m == 0) return std::vector<float>(static_cast<size_t>(rb), -kInf);
+    const SampleSims sims_of = [&](int64_t r0, int64_t nr, float* s) {
+      if constexpr (kFast) {
+        similarity_tile(anchors_ + (b0 + r0) * dim_, nr, sample_.data(), m, dim_, s);
+      } else {
+        const auto a = Kokkos::subview(a_dev_, std::make_pair(r0, r0 + nr), Kokkos::ALL);
+        similarity_kernel(Space(), a, nr, sample_dev_, m, sample_sims_);
+        Kokkos::deep_copy(HostUnmanaged2<float>(s, static_cast<size_t>(nr), static_cast<size_t>(m)),
+                          first_rows(sample_sims_, nr));
+      }
+    };
+    return start_thresholds(rb, sims_of, cols_.sample_ids, cols_.id.data() + b0,
+                            cols_.k.data() + b0, n_neg_ + b0, p_.start_sigmas);
+  }
+  void set_n_neg(const int64_t* n_neg) { n_neg_ = n_neg; }
+
+  // One pass of every candidate tile through the block's rows [b0, b0 + rb); the first pass of the
+  // first block checks the candidates are finite.
+  void stream(int64_t b0, int64_t rb, bool check) {
+    for (int64_t c0 = 0; c0 < n_cols_; c0 += tile_) {
+      progress("simstat: candidate tiles");
+      const int64_t tc = std::min(tile_, n_cols_ - c0);
+      read_candidates_(c0, tc, cand_.data());
+      if (check) check_finite(cand_.data(), tc, dim_, c0, "candidate");
+      if (!p_.gemm_only)
+        read_columns_(c0, tc, tile_id_.data(), tile_label_.data(), tile_batch_.data());
+      if constexpr (kFast)
+        fold_fast(b0, rb, c0, tc);
+      else
+        fold_generic(rb, c0, tc);
+    }
+  }
+
+ private:
+  static constexpr float kInf = std::numeric_limits<float>::infinity();
+
+  // The block's anchors, a candidate tile and up to kGemmRows x tile similarities in Space's
+  // memory. A tile's similarities start at column c0 % kChunk of the segment, so that the chunks
+  // of accumulate_tile are aligned to global multiples of kChunk as on the fast path (the values
+  // tested at a chunk's start, and so the scalar-path count, are then the same); the segment width
+  // is a multiple of kChunk, as accumulate_tile wants.
+  void allocate_generic(int64_t r) {
+    a_dev_ = View2<float, Space>(
+        Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::anchors"), r, dim_);
+    c_dev_ = View2<float, Space>(
+        Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::candidates"), tile_, dim_);
+    s_dev_ =
+        View3<float, Space>(Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::sims"), 1,
+                            std::min(r, kGemmRows), (tile_ + 2 * kChunk - 2) / kChunk * kChunk);
+    const int64_t m = cols_.sample;
+    if (m == 0) return;
+    sample_dev_ = View2<float, Space>(
+        Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::sample"), m, dim_);
+    Kokkos::deep_copy(sample_dev_,
+                      HostUnmanaged2<const float>(sample_.data(), static_cast<size_t>(m),
+                                                  static_cast<size_t>(dim_)));
+    sample_sims_ = View2<float, Space>(
+        Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::sample_sims"),
+        std::min(r, kGemmRows), m);
+  }
+
+  // Each GEMM block is folded into the row state while it is in cache: no rows x tile matrix goes
+  // through memory.
+  void fold_fast(int64_t b0, int64_t rb, int64_t c0, int64_t tc) const {
+    const auto col_ids = tile_view<Space>(tile_id_, tc, tile_id_dev_);
+    const auto col_labels = tile_view<Space>(tile_label_, tc, tile_label_dev_);
+    similarity_blocks(
+        anchors_ + b0 * dim_, rb, cand_.data(), tc, dim_,
+        [&](int64_t r0, int64_t nr, int64_t j0, int64_t nc, float* s, int64_t co) {
+          if (p_.gemm_only) return;
+          const HostUnmanaged3<float> sv(s, static_cast<size_t>(kFoldCols / kGemmCols),
+                                         static_cast<size_t>(kGemmRows),
+                                         static_cast<size_t>(kGemmCols));
+          const auto cols = std::make_pair(j0, j0 + nc);
+          accumulate_tile(Space(), sv, nc, c0 + j0, Kokkos::subview(col_ids, cols),
+                          Kokkos::subview(col_labels, cols), bs_.pos_cols, bs_.bat_cols, bs_.st, r0,
+                          nr, co);
+        },
+        row0_ + b0, c0);
+  }
+
+  void fold_generic(int64_t rb, int64_t c0, int64_t tc) const {
+    const auto col_ids = tile_view<Space>(tile_id_, tc, tile_id_dev_);
+    const auto col_labels = tile_view<Space>(tile_label_, tc, tile_label_dev_);
+    Kokkos::deep_copy(first_rows(c_dev_, tc),
+                      HostUnmanaged2<const float>(cand_.data(), static_cast<size_t>(tc),
+                                                  static_cast<size_t>(dim_)));
+    const auto cols = std::make_pair(int64_t{0}, tc);
+    const int64_t off = c0 % kChunk;
+    const auto s2 = Kokkos::subview(s_dev_, 0, Kokkos::ALL, std::make_pair(off, off + tc));
+    const auto step = static_cast<int64_t>(s_dev_.extent(1));
+    for (int64_t r0 = 0; r0 < rb; r0 += step) {
+      const int64_t nr = std::min(step, rb - r0);
+      similarity_kernel(Space(), Kokkos::subview(a_dev_, std::make_pair(r0, r0 + nr), Kokkos::ALL),
+                        nr, c_dev_, tc, s2);
+      if (!p_.gemm_only)
+        accumulate_tile<true>(Space(), s_dev_, tc, c0, Kokkos::subview(col_ids, cols),
+                              Kokkos::subview(col_labels, cols), bs_.pos_cols, bs_.bat_cols, bs_.st,
+                              r0, nr, off);
+    }
+  }
+
+  const float* anchors_;
+  int64_t row0_, dim_, n_cols_, tile_;
+  const CandidateReader& read_candidates_;
+  const ColumnReader& read_columns_;
+  const Params& p_;
+  const AnchorColumns& cols_;
+  const BlockState<Space>& bs_;
+  std::vector<float> sample_, cand_;
+  std::vector<int64_t> tile_id_, tile_batch_;
+  std::vector<int32_t> tile_label_;
+  const int64_t* n_neg_ = nullptr;
+  View1<int64_t, Space> tile_id_dev_;
+  View1<int32_t, Space> tile_label_dev_;
+  View2<float, Space> a_dev_, c_dev_, sample_dev_, sample_sims_;
+  View3<float, Space> s_dev_;
+};
+
+// Finishes a pass over a block's rows [0, rb): finalize_rows, the scalar-path count, and the rows
+// whose start was above their k-th largest (their tau0 back to -inf). Returns how many restart.
+template <typename Space>
+int64_t finish_pass(const BlockState<Space>& bs, int64_t rb, std::vector<float>& tau0,
+                    RowStats& out) {
+  const Space space;
+  finalize_rows(space, bs.st, bs.res, rb);
+  space.fence();
+  const auto restart = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bs.res.restart);
+  const auto scalar = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bs.st.scalar_n);
+  int64_t again = 0;
+  for (int64_t i = 0; i < rb; ++i) {
+    out.scalar_values += scalar(i);
+    if (!restart(i)) continue;
+    tau0[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
+    ++again;
+  }
+  return again;
+}
+
+// anchor_stats on a host space (HostStream), the generic path on any space.
 template <typename Space, bool kGeneric>
 RowStats anchor_stats_on(const float* anchors, int64_t row0, int64_t rows, int64_t dim,
                          const CandidateReader& read_candidates, int64_t n_cols,
                          const ColumnReader& read_columns, const float* lambda, const Params& p,
                          const StridedReader& read_strided) {
-  constexpr bool kFast = !kGeneric && kOnHost<Space>;
   check_params(p, dim);
   FNVLP_CHECK(Kokkos::is_initialized(), "anchor_stats needs Kokkos (a KokkosRuntime in main)");
   FNVLP_CHECK(row0 >= 0 && rows >= 0 && row0 + rows <= n_cols, "anchor rows outside the pairs");
@@ -307,266 +422,37 @@ RowStats anchor_stats_on(const float* anchors, int64_t row0, int64_t rows, int64
   out.rows = rows;
   out.m = p.quantiles;
   const int64_t tile = std::min(p.tile, std::max<int64_t>(n_cols, 1));
-  // The columns of the current tile (and first of the anchors themselves).
-  std::vector<int64_t> tile_id(static_cast<size_t>(std::max(tile, rows)));
-  std::vector<int32_t> tile_label(tile_id.size());
-  std::vector<int64_t> tile_batch(tile_id.size());
-  std::vector<int64_t> a_id(static_cast<size_t>(rows)), a_batch(a_id.size());
-  std::vector<int32_t> a_label(a_id.size());
-  if (rows > 0) read_columns(row0, rows, a_id.data(), a_label.data(), a_batch.data());
-
-  // One pass over the columns' ids, labels and batches, a tile at a time: the anchors' negatives
-  // and same-label negatives (counts of their own ids and labels only), their positives and FNC
-  // batches as column lists, and the starting-threshold sample's ids (candidates 0, stride, ...).
   const int64_t m = p.gemm_only || rows == 0 ? 0 : start_sample_size(p, n_cols);
-  const int64_t stride = m > 0 ? n_cols / m : 1;
-  std::vector<int64_t> sample_ids(static_cast<size_t>(m));
-  std::unordered_map<int64_t, int64_t> per_id;
-  std::unordered_map<int32_t, int64_t> per_label;
-  std::map<std::pair<int64_t, int32_t>, int64_t> per_id_label;
-  std::unordered_set<int64_t> own_batches;
-  for (int64_t i = 0; i < rows; ++i) {
-    const auto u = static_cast<size_t>(i);
-    per_id[a_id[u]] = 0;
-    if (a_label[u] >= 0) {
-      per_label[a_label[u]] = 0;
-      per_id_label[{a_id[u], a_label[u]}] = 0;
-    }
-    if (a_batch[u] >= 0) own_batches.insert(a_batch[u]);
-  }
-  std::vector<std::pair<int64_t, int64_t>> pos_keyed, bat_keyed;  // (image_id | batch, column)
-  for (int64_t c0 = 0; rows > 0 && c0 < n_cols; c0 += tile) {
-    progress("simstat: counting negatives");
-    const int64_t tc = std::min(tile, n_cols - c0);
-    read_columns(c0, tc, tile_id.data(), tile_label.data(), tile_batch.data());
-    for (int64_t j = 0; j < tc; ++j) {
-      const auto u = static_cast<size_t>(j);
-      const int64_t c = c0 + j, id = tile_id[u];
-      const int32_t lab = tile_label[u];
-      const auto it = per_id.find(id);
-      if (it != per_id.end()) {
-        ++it->second;
-        pos_keyed.emplace_back(id, c);
-        if (lab >= 0) {
-          const auto il = per_id_label.find({id, lab});
-          if (il != per_id_label.end()) ++il->second;
-        }
-      }
-      if (lab >= 0) {
-        const auto il = per_label.find(lab);
-        if (il != per_label.end()) ++il->second;
-      }
-      if (tile_batch[u] >= 0 && own_batches.count(tile_batch[u]))
-        bat_keyed.emplace_back(tile_batch[u], c);
-      if (m > 0 && c % stride == 0 && c / stride < m)
-        sample_ids[static_cast<size_t>(c / stride)] = id;
-    }
-  }
-  std::vector<int64_t> k(static_cast<size_t>(rows));
-  int64_t k_max = 1;
-  for (int64_t i = 0; i < rows; ++i) {
-    const auto u = static_cast<size_t>(i);
-    const int64_t n_neg = n_cols - per_id[a_id[u]];
-    const int64_t n_lab =
-        a_label[u] >= 0 ? per_label[a_label[u]] - per_id_label[{a_id[u], a_label[u]}] : 0;
-    out.n_neg.push_back(n_neg);
-    out.n_label.push_back(n_lab);
-    k[u] = target_rank(p.alpha, n_neg);
-    k_max = std::max(k_max, k[u]);
-  }
-
-  // Block size from the memory budget: per row the histogram, the reservoir (capacity 2 k_max),
-  // the FNC buffer and its embedding.
-  const int64_t capacity = std::max<int64_t>(2 * k_max, 64);
+  const AnchorColumns cols = scan_columns(row0, rows, n_cols, tile, m, read_columns, p, out);
+  // Per row the histogram, the reservoir (capacity 2 k_max), the FNC buffer and its embedding.
+  const int64_t capacity = std::max<int64_t>(2 * cols.k_max, 64);
   const int64_t fnc_cap = std::max<int64_t>(p.fnc_batch, 1);
-  const int64_t per_row = 4 * p.bins + 5 * capacity + 5 * fnc_cap + 4 * dim + 128;
-  const int64_t budget = p.memory_mb * (int64_t{1} << 20) - 4 * tile * dim;
-  int64_t block = std::clamp<int64_t>(budget / per_row, 1, std::max<int64_t>(p.row_block, 1));
-  // Anchors sit at their global row modulo kGemmRows in the GEMM (similarity_blocks). A block of
-  // at least kGemmRows rows is a whole number of GEMM blocks and ends at a global multiple of its
-  // size (a rank's first may be shorter), so only a rank's first and last GEMM blocks are partial.
-  const bool whole = block >= kGemmRows;
-  if (whole) block = block / kGemmRows * kGemmRows;
-  const auto block_rows = [&](int64_t b0) {
-    const int64_t g = row0 + b0;
-    const int64_t end = whole ? (g / block + 1) * block : g + block;
-    return std::min(end, row0 + rows) - g;
-  };
-
-  const Space space;
-  ColumnGroups by_id, by_batch;
-  if (!p.gemm_only) {
-    by_id = group_columns(std::move(pos_keyed));
-    by_batch = group_columns(std::move(bat_keyed));
-  }
-  std::vector<float> cand(static_cast<size_t>(tile * dim));
-  // Column groups where the kernels can read them (no copy on a host space); a tile's ids and
-  // labels go through tile_view.
-  View1<int64_t, Space> tile_id_dev;
-  View1<int32_t, Space> tile_label_dev;
-  if constexpr (!kOnHost<Space>) {
-    tile_id_dev = View1<int64_t, Space>("fnvlp::similarity::tile_image_id", tile);
-    tile_label_dev = View1<int32_t, Space>("fnvlp::similarity::tile_label", tile);
-  }
-  const auto pos_cols = to_space<Space>(by_id.cols);
-  const auto bat_cols = to_space<Space>(by_batch.cols);
-  RowState<Space> st;
-  RowResult<Space> res;
-  View1<float, Space> fnc_thr;
-  View2<int64_t, Space> fnc_counts;
-  if (!p.gemm_only && rows > 0) {
-    const int64_t r = std::min(block, rows);
-    st = RowState<Space>(r, p.bins, capacity, fnc_cap);
-    res = RowResult<Space>(r, p.quantiles);
-    fnc_thr = View1<float, Space>("fnvlp::similarity::fnc_threshold", r);
-    fnc_counts = View2<int64_t, Space>("fnvlp::similarity::fnc_counts", r, 3);
-  }
-  // Generic path: the block's anchors, a candidate tile and up to kGemmRows x tile similarities in
-  // Space's memory. A tile's similarities start at column c0 % kChunk of the segment, so that the
-  // chunks of accumulate_tile are aligned to global multiples of kChunk as on the fast path (the
-  // values tested at a chunk's start, and so the scalar-path count, are then the same); the segment
-  // width is a multiple of kChunk, as accumulate_tile wants.
-  View2<float, Space> a_dev, c_dev;
-  View3<float, Space> s_dev;
-  if (!kFast && rows > 0) {
-    const int64_t r = std::min(block, rows);
-    a_dev = View2<float, Space>(
-        Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::anchors"), r, dim);
-    c_dev = View2<float, Space>(
-        Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::candidates"), tile, dim);
-    s_dev =
-        View3<float, Space>(Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::sims"), 1,
-                            std::min(r, kGemmRows), (tile + 2 * kChunk - 2) / kChunk * kChunk);
-  }
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  const std::vector<float> no_lambda(static_cast<size_t>(std::min(block, rows)), nan);
-
+  const BlockPlan plan =
+      plan_blocks(p, row0, rows, 4 * p.bins + 5 * capacity + 5 * fnc_cap + 4 * dim + 128,
+                  p.memory_mb * (int64_t{1} << 20) - 4 * tile * dim);
+  const int64_t r = p.gemm_only || rows == 0 ? 0 : std::min(plan.block, rows);
+  const BlockState<Space> bs(cols, r, p.bins, p.quantiles, capacity, fnc_cap);
   check_finite(anchors, rows, dim, row0, "anchor");
-  // The starting-threshold sample: candidates 0, stride, 2 stride, ...
-  std::vector<float> sample(static_cast<size_t>(m * dim));
-  if (m > 0) {
-    if (read_strided)
-      read_strided(0, stride, m, sample.data());
-    else
-      for (int64_t j = 0; j < m; ++j) read_candidates(j * stride, 1, sample.data() + j * dim);
-    for (int64_t j = 0; j < m; ++j)
-      check_finite(sample.data() + j * dim, 1, dim, j * stride, "candidate");
-  }
+  HostStream<Space, kGeneric> stream(
+      anchors, row0, dim, read_candidates, n_cols, read_columns, p, cols, bs,
+      rows > 0 ? std::min(plan.block, rows) : 0,
+      read_sample(m, cols.stride, dim, read_candidates, read_strided));
+  stream.set_n_neg(out.n_neg.data());
   out.start_sample = m;
-  // The sample's similarities, from the same GEMM as the stream's (kernels.hpp: dot_in_double on
-  // the generic path), so that a start is one of the values the stream will see.
-  View2<float, Space> sample_dev, sample_sims;
-  if (!kFast && m > 0) {
-    sample_dev = View2<float, Space>(
-        Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::sample"), m, dim);
-    Kokkos::deep_copy(sample_dev, HostUnmanaged2<const float>(sample.data(), static_cast<size_t>(m),
-                                                              static_cast<size_t>(dim)));
-    sample_sims = View2<float, Space>(
-        Kokkos::ViewAllocateWithoutInitializing("fnvlp::similarity::sample_sims"),
-        std::min(std::min(block, rows), kGemmRows), m);
-  }
-  for (int64_t b0 = 0, rb = 0; b0 < rows; b0 += rb) {
-    rb = block_rows(b0);
-    if (!kFast)
-      Kokkos::deep_copy(first_rows(a_dev, rb),
-                        HostUnmanaged2<const float>(anchors + b0 * dim, static_cast<size_t>(rb),
-                                                    static_cast<size_t>(dim)));
-    if (!p.gemm_only) {
-      upload<int64_t>(st.image_id, a_id.data() + b0, rb);
-      upload<int32_t>(st.label, a_label.data() + b0, rb);
-      upload<int64_t>(st.k, k.data() + b0, rb);
-      upload<float>(st.lambda, lambda ? lambda + b0 : no_lambda.data(), rb);
-      std::vector<int64_t> ranges(static_cast<size_t>(4 * rb));
-      for (int64_t i = 0; i < rb; ++i) {
-        const auto g = static_cast<size_t>(b0 + i);
-        const auto pos = by_id.of(a_id[g]), bat = by_batch.of(a_batch[g]);
-        ranges[static_cast<size_t>(i)] = pos.first;
-        ranges[static_cast<size_t>(rb + i)] = pos.second;
-        ranges[static_cast<size_t>(2 * rb + i)] = bat.first;
-        ranges[static_cast<size_t>(3 * rb + i)] = bat.second;
-      }
-      upload<int64_t>(st.pos_begin, ranges.data(), rb);
-      upload<int64_t>(st.pos_end, ranges.data() + rb, rb);
-      upload<int64_t>(st.bat_begin, ranges.data() + 2 * rb, rb);
-      upload<int64_t>(st.bat_end, ranges.data() + 3 * rb, rb);
-    }
-    std::vector<float> tau0(static_cast<size_t>(rb), -std::numeric_limits<float>::infinity());
-    const SampleSims sims_of = [&](int64_t r0, int64_t nr, float* s) {
-      if constexpr (kFast) {
-        similarity_tile(anchors + (b0 + r0) * dim, nr, sample.data(), m, dim, s);
-      } else {
-        const auto a = Kokkos::subview(a_dev, std::make_pair(r0, r0 + nr), Kokkos::ALL);
-        similarity_kernel(space, a, nr, sample_dev, m, sample_sims);
-        Kokkos::deep_copy(HostUnmanaged2<float>(s, static_cast<size_t>(nr), static_cast<size_t>(m)),
-                          first_rows(sample_sims, nr));
-      }
-    };
-    if (m > 0)
-      tau0 = start_thresholds(rb, sims_of, sample_ids, a_id.data() + b0, k.data() + b0,
-                              out.n_neg.data() + b0, p.start_sigmas);
+  const Space space;
+  for (int64_t b0 = 0, rb; b0 < rows; b0 += rb) {
+    rb = plan.rows_at(b0);
+    stream.load_anchors(b0, rb);
+    if (!p.gemm_only) bs.upload_rows(cols, lambda, b0, rb);
+    std::vector<float> tau0 = stream.start_of(b0, rb);
     for (int pass = 0;; ++pass) {
       if (!p.gemm_only) {
-        upload<float>(st.tau0, tau0.data(), rb);
-        reset_rows(space, st, rb);
+        upload<float>(bs.st.tau0, tau0.data(), rb);
+        reset_rows(space, bs.st, rb);
       }
-      for (int64_t c0 = 0; c0 < n_cols; c0 += tile) {
-        progress("simstat: candidate tiles");
-        const int64_t tc = std::min(tile, n_cols - c0);
-        read_candidates(c0, tc, cand.data());
-        if (b0 == 0 && pass == 0) check_finite(cand.data(), tc, dim, c0, "candidate");
-        if (!p.gemm_only)
-          read_columns(c0, tc, tile_id.data(), tile_label.data(), tile_batch.data());
-        const auto col_ids = tile_view<Space>(tile_id, tc, tile_id_dev);
-        const auto col_labels = tile_view<Space>(tile_label, tc, tile_label_dev);
-        if constexpr (kFast) {
-          // Each GEMM block is folded into the row state while it is in cache: no rows x tile
-          // matrix goes through memory.
-          similarity_blocks(
-              anchors + b0 * dim, rb, cand.data(), tc, dim,
-              [&](int64_t r0, int64_t nr, int64_t j0, int64_t nc, float* s, int64_t co) {
-                if (p.gemm_only) return;
-                const HostUnmanaged3<float> sv(s, static_cast<size_t>(kFoldCols / kGemmCols),
-                                               static_cast<size_t>(kGemmRows),
-                                               static_cast<size_t>(kGemmCols));
-                const int64_t cj = c0 + j0;
-                const auto cols = std::make_pair(j0, j0 + nc);
-                accumulate_tile(space, sv, nc, cj, Kokkos::subview(col_ids, cols),
-                                Kokkos::subview(col_labels, cols), pos_cols, bat_cols, st, r0, nr,
-                                co);
-              },
-              row0 + b0, c0);
-        } else {
-          Kokkos::deep_copy(first_rows(c_dev, tc),
-                            HostUnmanaged2<const float>(cand.data(), static_cast<size_t>(tc),
-                                                        static_cast<size_t>(dim)));
-          const auto cols = std::make_pair(int64_t{0}, tc);
-          const int64_t off = c0 % kChunk;
-          const auto s2 = Kokkos::subview(s_dev, 0, Kokkos::ALL, std::make_pair(off, off + tc));
-          const auto step = static_cast<int64_t>(s_dev.extent(1));
-          for (int64_t r0 = 0; r0 < rb; r0 += step) {
-            const int64_t nr = std::min(step, rb - r0);
-            similarity_kernel(space,
-                              Kokkos::subview(a_dev, std::make_pair(r0, r0 + nr), Kokkos::ALL), nr,
-                              c_dev, tc, s2);
-            if (!p.gemm_only)
-              accumulate_tile<true>(space, s_dev, tc, c0, Kokkos::subview(col_ids, cols),
-                                    Kokkos::subview(col_labels, cols), pos_cols, bat_cols, st, r0,
-                                    nr, off);
-          }
-        }
-      }
+      stream.stream(b0, rb, b0 == 0 && pass == 0);
       if (p.gemm_only) break;
-      finalize_rows(space, st, res, rb);
-      space.fence();
-      const auto restart = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), res.restart);
-      const auto scalar = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), st.scalar_n);
-      int64_t again = 0;
-      for (int64_t i = 0; i < rb; ++i) {
-        out.scalar_values += scalar(i);
-        if (!restart(i)) continue;
-        tau0[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
-        ++again;
-      }
+      const int64_t again = finish_pass(bs, rb, tau0, out);
       if (again == 0) break;
       // At most once: a row restarts only from a finite tau0.
       out.restarted_rows += again;
@@ -576,24 +462,9 @@ RowStats anchor_stats_on(const float* anchors, int64_t row0, int64_t rows, int64
           again, row0 + b0, row0 + b0 + rb - 1, m);
     }
     if (p.gemm_only) continue;
-    batch_topk(space, st, p.alpha, fnc_thr, fnc_counts, rb);
+    batch_topk(space, bs.st, p.alpha, bs.fnc_thr, bs.fnc_counts, rb);
     space.fence();
-    download_append(out.threshold, res.threshold, rb);
-    download_append(out.count, res.count, rb);
-    download_append(out.count_label, res.count_lab, rb);
-    download_append(out.fnc_threshold, fnc_thr, rb);
-    auto q = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), res.quantiles);
-    auto fc = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), fnc_counts);
-    auto lam_n = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), st.lam_n);
-    auto lam_lab = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), st.lam_lab);
-    for (int64_t i = 0; i < rb; ++i) {
-      for (int64_t j = 0; j < p.quantiles; ++j) out.quantiles.push_back(q(i, j));
-      out.count_fnc.push_back(fc(i, 0));
-      out.count_fnc_label.push_back(fc(i, 1));
-      out.n_batch_label.push_back(fc(i, 2));
-      out.count_lambda.push_back(lambda ? lam_n(i) : 0);
-      out.count_lambda_label.push_back(lambda ? lam_lab(i) : 0);
-    }
+    bs.download_rows(rb, lambda != nullptr, out);
   }
   return out;
 }
@@ -604,19 +475,23 @@ RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t 
                       const CandidateReader& read_candidates, int64_t n_cols,
                       const ColumnReader& read_columns, const float* lambda, const Params& p,
                       const StridedReader& read_strided) {
-  if constexpr (kDeviceBuild) {
-    if (!p.host)
-      return anchor_stats_on<ExecSpace, true>(anchors, row0, rows, dim, read_candidates, n_cols,
-                                              read_columns, lambda, p, read_strided);
-  }
-  return p.generic_path
-             ? anchor_stats_on<HostSpace, true>(anchors, row0, rows, dim, read_candidates, n_cols,
-                                                read_columns, lambda, p, read_strided)
-             : anchor_stats_on<HostSpace, false>(anchors, row0, rows, dim, read_candidates, n_cols,
-                                                 read_columns, lambda, p, read_strided);
+  const bool on_device = kDeviceBuild && !p.host;
+  if (p.generic_path)
+    return on_device
+               ? anchor_stats_on<ExecSpace, true>(anchors, row0, rows, dim, read_candidates, n_cols,
+                                                  read_columns, lambda, p, read_strided)
+               : anchor_stats_on<HostSpace, true>(anchors, row0, rows, dim, read_candidates, n_cols,
+                                                  read_columns, lambda, p, read_strided);
+  if (on_device || p.device_path)
+    return anchor_stats_device(anchors, row0, rows, dim, read_candidates, n_cols, read_columns,
+                               lambda, p);
+  return anchor_stats_on<HostSpace, false>(anchors, row0, rows, dim, read_candidates, n_cols,
+                                           read_columns, lambda, p, read_strided);
 }
 
-bool takes_generic_path(const Params& p) { return p.generic_path || (kDeviceBuild && !p.host); }
+bool takes_generic_path(const Params& p) {
+  return p.generic_path || p.device_path || (kDeviceBuild && !p.host);
+}
 
 RowStats anchor_stats(const float* anchors, int64_t row0, int64_t rows, int64_t dim,
                       const CandidateReader& read_candidates, int64_t n_cols,
@@ -812,6 +687,29 @@ void write_rows_of(const std::string& path, const RowStats& st, const char* moda
   f.close(path);
 }
 
+// STATS.h5: rank 0 creates every dataset, then each rank writes its rows in turn.
+void write_stats(const Comm& comm, const JobOptions& opt, int64_t n,
+                 const std::vector<RowStats>& stats, bool has_lambda,
+                 const std::string& lambda_source) {
+  comm.collective([&] {
+    if (comm.is_root())
+      create_stats_file(opt.out + ".tmp", n, opt.params, has_lambda, lambda_source, opt.embeddings);
+  });
+  for (int r = 0; r < comm.size(); ++r) {
+    comm.collective([&] {
+      if (comm.rank() != r) return;
+      progress("simstat: writing STATS rows");
+      for (size_t i = 0; i < stats.size(); ++i)
+        write_rows_of(opt.out + ".tmp", stats[i], kModalities[i].name, i == 0, has_lambda);
+    });
+  }
+  comm.collective([&] {
+    if (comm.is_root())
+      FNVLP_CHECK(std::rename((opt.out + ".tmp").c_str(), opt.out.c_str()) == 0,
+                  "cannot rename " << opt.out << ".tmp to " << opt.out);
+  });
+}
+
 }  // namespace
 
 ExactThresholds exact_thresholds(const std::string& embeddings, int64_t row0, int64_t rows,
@@ -888,6 +786,7 @@ nlohmann::json run_simstat(const Comm& comm, const JobOptions& opt) {
   std::vector<RowStats> stats;
   std::vector<std::vector<float>> lambdas;
   for (const auto& m : kModalities) {
+    const auto m0 = std::chrono::steady_clock::now();
     RowStats s;
     std::vector<float> lambda;
     comm.collective([&] {
@@ -912,28 +811,14 @@ nlohmann::json run_simstat(const Comm& comm, const JobOptions& opt) {
       }
     });
     summary[m.name] = summarise(comm, s, file->label(), lam != nullptr, lambda);
+    // This modality's statistics on the slowest rank, and the largest rank's device buffers.
+    summary[m.name]["seconds"] = comm.allreduce_max(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count());
+    summary[m.name]["device_buffer_bytes"] = comm.allreduce_max(s.buffer_bytes);
     stats.push_back(std::move(s));
     lambdas.push_back(std::move(lambda));
   }
-  // STATS.h5: rank 0 creates every dataset, then each rank writes its rows in turn.
-  comm.collective([&] {
-    if (comm.is_root())
-      create_stats_file(opt.out + ".tmp", n, opt.params, lam != nullptr, lambda_source,
-                        opt.embeddings);
-  });
-  for (int r = 0; r < comm.size(); ++r) {
-    comm.collective([&] {
-      if (comm.rank() != r) return;
-      progress("simstat: writing STATS rows");
-      for (size_t i = 0; i < stats.size(); ++i)
-        write_rows_of(opt.out + ".tmp", stats[i], kModalities[i].name, i == 0, lam != nullptr);
-    });
-  }
-  comm.collective([&] {
-    if (comm.is_root())
-      FNVLP_CHECK(std::rename((opt.out + ".tmp").c_str(), opt.out.c_str()) == 0,
-                  "cannot rename " << opt.out << ".tmp to " << opt.out);
-  });
+  write_stats(comm, opt, n, stats, lam != nullptr, lambda_source);
   summary["n"] = n;
   summary["dim"] = dim;
   summary["alpha"] = opt.params.alpha;
@@ -945,6 +830,9 @@ nlohmann::json run_simstat(const Comm& comm, const JobOptions& opt) {
   // Where the kernels ran: the execution space and its concurrency per rank (threads or a
   // device's).
   summary["kokkos_space"] = ExecSpace::name();
+  summary["path"] = opt.params.generic_path                                        ? "generic"
+                    : opt.params.device_path || (kDeviceBuild && !opt.params.host) ? "device"
+                                                                                   : "host";
   summary["kokkos_concurrency"] = ExecSpace().concurrency();
   summary["embeddings"] = opt.embeddings;
   summary["lambda_source"] = lambda_source;

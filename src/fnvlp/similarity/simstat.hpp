@@ -46,16 +46,25 @@ struct Params {
   // streamed again, so the results never depend on these two).
   int64_t start_sample = -1;
   double start_sigmas = 7.0;
-  // Run the generic path that a device build takes (similarities from a Kokkos kernel accumulated
-  // in double, the portable chunk test: kernels.hpp) even where the execution space is the host.
-  // For tests; on a device it is the only path.
+  // Run the generic path (similarities from a Kokkos kernel accumulated in double, dot_in_double,
+  // folded row by row with the portable chunk test: kernels.hpp) on the default execution space
+  // (the device in a device build), the reference the device path is checked against. For tests.
   bool generic_path = false;
+  // Run the device path (device_path.hpp: the generic path's similarities through a double GEMM
+  // and a TF32 GEMM with exact re-checks, folded by teams of threads) on the host execution space,
+  // with host stand-ins for the device's GEMMs. For tests; in a device build it is the default.
+  bool device_path = false;
+  // Candidate columns per GEMM and fold on the device path (its host I/O reads `tile` at a time),
+  // and its budget for one block's buffers in device memory (the resident candidates come on top).
+  int64_t device_tile = 32768;
+  int64_t device_memory_mb = 8192;
   // Run on the host execution space even where the default one is a device: the host's results,
   // which a device's are checked against. No effect in a host build.
   bool host = false;
 };
 
-// Whether anchor_stats with these parameters takes the generic path (forced, or on a device).
+// Whether anchor_stats with these parameters computes its similarities as dot_in_double does
+// (kernels.hpp): the generic path, or the device path (forced, or on a device).
 bool takes_generic_path(const Params& p);
 
 // Per-anchor results for rows [row0, row0 + rows) of one modality.
@@ -65,8 +74,9 @@ struct RowStats {
   std::vector<int64_t> n_neg, n_label, count, count_label, count_lambda, count_lambda_label,
       count_fnc, count_fnc_label, n_batch_label;
   // Cost diagnostics: candidates in the starting-threshold sample, anchors whose tau0 was above
-  // their k-th largest (their block was streamed again), and values that took the scalar path.
-  int64_t start_sample = 0, restarted_rows = 0, scalar_values = 0;
+  // their k-th largest (their block was streamed again), and values that took the scalar path (on
+  // the device path: that dot_in_double recomputed); bytes of the device path's buffers.
+  int64_t start_sample = 0, restarted_rows = 0, scalar_values = 0, buffer_bytes = 0;
 };
 
 // S = A C^T for A (rows x dim) and C (cols x dim), row-major into out (rows x cols). Every BLAS

@@ -14,6 +14,7 @@
 #include <iterator>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <type_traits>
 
 #include <dlfcn.h>
@@ -21,6 +22,7 @@
 
 #include "fnvlp/data/embeddings.hpp"
 #include "fnvlp/similarity/classify.hpp"
+#include "fnvlp/similarity/device_kernels.hpp"
 #include "fnvlp/similarity/spaces.hpp"
 #include "simstat_reference.hpp"
 
@@ -129,6 +131,13 @@ similarity::Params generic(similarity::Params p) {
   return p;
 }
 
+// The device path: on the GPU in a device build, on the host (with the host's stand-ins for the
+// GEMMs) elsewhere.
+similarity::Params device(similarity::Params p) {
+  p.device_path = true;
+  return p;
+}
+
 // On the host execution space even where the default one is a device: the fast path, unless
 // generic.
 similarity::Params on_host(similarity::Params p) {
@@ -175,9 +184,10 @@ TEST_F(Simstat, AdversarialTiesDuplicatesFewNegatives) {
 // A start above the k-th largest (at a margin of -1e9 sigmas, rank 1: the sample's maximum) must be
 // caught and the block streamed again, with the same exact results. At the default margin the
 // rank here (26) exceeds the 19 values above the k-th largest (k = 20): no restart is possible.
+// The host paths' starting thresholds (the device path has none: on_host).
 TEST_F(Simstat, StartAboveTheKthLargestIsStreamedAgain) {
   const auto c = make_case(400, 32, 7, false, 24);
-  auto p = with_start(params(0.05, 64, 37), 100);
+  auto p = on_host(with_start(params(0.05, 64, 37), 100));
   p.start_sigmas = -1e9;
   expect_matches_reference(c, p);
   EXPECT_GT(run(c, p, true).restarted_rows, 300);
@@ -243,11 +253,11 @@ TEST_F(Simstat, ResetAfterAStartAboveEveryValueLeavesNoStaleCounts) {
 
 // The point of the starting thresholds: at N = 32,768 (the default sample: N / 64 = 512
 // candidates) far fewer values take the scalar path (5.6% -> ~3% of all at alpha = 1%), and every
-// result keeps its bits.
+// result keeps its bits. The host paths' (on_host).
 TEST_F(Simstat, StartingThresholdsCutTheScalarPathNotTheResults) {
   const int64_t n = 32768, rows = 256;
   const auto c = make_case(n, 32, 8, false, 64);
-  auto p = params(0.01, 4096, 4096);
+  auto p = on_host(params(0.01, 4096, 4096));
   // Without lambda: these test lambdas are arbitrary, and every value >= lambda is scalar anyway.
   const auto off = run(c, with_start(p, 0), false, 0, rows);
   const auto on = run(c, with_start(p, -1), false, 0, rows);
@@ -489,18 +499,23 @@ TEST_F(Simstat, AnchorsWithoutNegatives) {
   }
 }
 
+// Each path (in a device build on the GPU, the default is the device path) for any tile (of the
+// host's stream and of the device path's GEMMs) and row block.
 TEST_F(Simstat, SameBitsForAnyTileAndRowBlock) {
-  for (const bool generic_path : {false, true})
+  for (const int path : {0, 1, 2})
     for (bool adversarial : {false, true}) {
-      SCOPED_TRACE(generic_path ? "generic path" : "fast path");
+      SCOPED_TRACE(path == 0 ? "default path" : (path == 1 ? "generic path" : "device path"));
       const auto c = make_case(257, 24, 5, adversarial, 16);
       auto p = params(0.02, 257, 257);
-      p.generic_path = generic_path;
+      p.generic_path = path == 1;
+      p.device_path = path == 2;
+      p.device_tile = 257;
       const auto base = run(c, p, true);
       for (auto [tile, block] :
            {std::pair<int64_t, int64_t>{1, 300}, {7, 300}, {64, 16}, {4096, 3}}) {
         SCOPED_TRACE("tile " + std::to_string(tile) + " block " + std::to_string(block));
         p.tile = tile;
+        p.device_tile = tile;
         p.row_block = block;
         const auto got = run(c, p, true);
         EXPECT_EQ(std::memcmp(got.threshold.data(), base.threshold.data(), 4 * 257), 0);
@@ -796,6 +811,182 @@ TEST_F(Simstat, RejectsBadParameters) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("pair 3"), std::string::npos) << e.what();
   }
+}
+
+// ---- The device path (device_path.hpp, device_kernels.hpp) ------------------------------------
+
+// Every output but the cost diagnostics (the paths differ there) has the same bits.
+void expect_same_results(const similarity::RowStats& a, const similarity::RowStats& b) {
+  auto x = a, y = b;
+  x.start_sample = y.start_sample = x.restarted_rows = y.restarted_rows = 0;
+  x.scalar_values = y.scalar_values = x.buffer_bytes = y.buffer_bytes = 0;
+  expect_same_stats(x, y);
+}
+
+// The device path's statistics are the generic path's, bit for bit: on the GPU in a build against
+// Kokkos on CUDA (against the host's generic path), on the host elsewhere (its GEMMs are then the
+// host's stand-ins: a double sum in another order, and TF32-truncated operands summed in float, so
+// that pass 2's window and re-checks work on errors of TF32's size). Random unit vectors (the
+// TF32 window and the exact re-checks at work) and ties everywhere; tiles that end inside chunks,
+// blocks smaller than a tile, FNC batches, lambda, k = 1 and k = n_neg.
+TEST_F(Simstat, DevicePathGivesTheGenericPathsBits) {
+  for (const bool adversarial : {false, true}) {
+    const auto c = make_case(400, adversarial ? 8 : 32, 21, adversarial, 24);
+    for (const double alpha : {1e-9, 0.01, 0.3, 1.0})
+      for (const auto [tile, block] : {std::pair<int64_t, int64_t>{64, 37}, {400, 400}, {7, 150}}) {
+        SCOPED_TRACE(std::string(adversarial ? "ties" : "random") + " alpha " +
+                     std::to_string(alpha) + " tile " + std::to_string(tile) + " block " +
+                     std::to_string(block));
+        auto p = params(alpha, 50, block);
+        p.device_tile = tile;
+        const auto got = run(c, device(p), true);
+        expect_same_results(got, run(c, on_host(generic(p)), true));
+        EXPECT_EQ(got.start_sample + got.restarted_rows, 0);
+        EXPECT_GT(got.buffer_bytes, 0);
+      }
+    expect_matches_reference(c, device(params(0.05, 50, 64)));
+  }
+}
+
+// One value everywhere: every negative of a row lies in the threshold's bin, so pass 2 collects
+// them all (about 600 per row), more for a block than a 1 MiB budget's bucket holds (26,214
+// values): the rows go through pass 2 in groups.
+TEST_F(Simstat, DevicePathWithEveryValueInOneBin) {
+  auto c = make_case(600, 8, 22, false, 24);
+  for (auto* m : {&c.e.image_emb, &c.e.text_emb}) std::fill(m->begin(), m->end(), 0.25f);
+  auto p = device(params(0.01, 64, 600));
+  p.device_memory_mb = 1;
+  p.device_tile = 128;
+  const auto got = run(c, p, true);
+  expect_same_results(got, run(c, on_host(generic(p)), true));
+  EXPECT_FLOAT_EQ(got.threshold[0], 8 * 0.25f * 0.25f);
+  EXPECT_EQ(got.count[0], got.n_neg[0]);
+}
+
+// Pass 1's rounding: a double product d within e = f64_error_factor(dim) |a| |c| of
+// dot_in_double's double sum (here another summation order, moved by up to e / 2 more) gives
+// dot_in_double's float, recomputed where [d - e, d + e] holds a float rounding boundary. Near-zero
+// similarities (c made orthogonal to a, up to float rounding) have tiny ulps, where rounding d
+// itself would give other bits: the test counts that it does, and that the re-check is rare
+// otherwise.
+TEST_F(Simstat, DoubleGemmRoundsToDotInDoubleOrRechecks) {
+  const int64_t dim = 64, n = 4000;
+  std::mt19937_64 rng(23);
+  std::normal_distribution<float> g;
+  std::uniform_real_distribution<double> shift(-0.5, 0.5);
+  int64_t naive_wrong = 0, rechecked = 0;
+  std::vector<float> a(dim), c(dim);
+  for (int64_t t = 0; t < n; ++t) {
+    for (auto& v : a) v = g(rng);
+    for (auto& v : c) v = g(rng);
+    if (t % 2 == 0) {  // nearly orthogonal: the similarity is float rounding of a projection
+      double ac = 0, aa = 0;
+      for (int64_t k = 0; k < dim; ++k) ac += double(a[k]) * c[k], aa += double(a[k]) * a[k];
+      for (int64_t k = 0; k < dim; ++k) c[k] = static_cast<float>(c[k] - ac / aa * a[k]);
+    }
+    double desc = 0, na = 0, nc = 0;
+    for (int64_t k = dim - 1; k >= 0; --k) desc += double(a[k]) * double(c[k]);
+    for (int64_t k = 0; k < dim; ++k) na += double(a[k]) * a[k], nc += double(c[k]) * c[k];
+    const double e = similarity::f64_error_factor(dim) * std::sqrt(na) * std::sqrt(nc) * 1.001;
+    const double d = desc + shift(rng) * e;
+    const float want = similarity::dot_in_double(a.data(), c.data(), dim);
+    const float got = similarity::exact_from_f64(d, e, a.data(), c.data(), dim, rechecked);
+    ASSERT_TRUE(test::same_float(got, want)) << "t " << t << ": " << got << " vs " << want;
+    naive_wrong += !test::same_float(static_cast<float>(d), want);
+  }
+  EXPECT_GT(naive_wrong, 10) << "rounding the double GEMM's value alone would have passed";
+  EXPECT_GE(rechecked, naive_wrong);
+  EXPECT_LT(rechecked, n * 3 / 4) << "the re-check is for values near a rounding boundary only";
+}
+
+// The floats of a histogram bin are what sim_bin does: bin_low(b) is the first float of bin b,
+// bin_high(b) its last (the floats beside them are in the bins beside it).
+TEST_F(Simstat, BinFloatsAreSimBinsOwn) {
+  for (const int32_t bins : {2, 128, 4096})
+    for (const int32_t b : {0, 1, bins / 3, bins / 2, bins - 2, bins - 1}) {
+      SCOPED_TRACE("bins " + std::to_string(bins) + " bin " + std::to_string(b));
+      const float lo = similarity::bin_low(b, bins), hi = similarity::bin_high(b, bins);
+      EXPECT_EQ(similarity::sim_bin(lo, bins), b);
+      EXPECT_EQ(similarity::sim_bin(hi, bins), b);
+      if (b > 0) EXPECT_EQ(similarity::sim_bin(std::nextafter(lo, -2.0f), bins), b - 1);
+      if (b < bins - 1) EXPECT_EQ(similarity::sim_bin(std::nextafter(hi, 2.0f), bins), b + 1);
+    }
+  EXPECT_TRUE(std::isinf(similarity::bin_low(0, 64)) && similarity::bin_low(0, 64) < 0);
+  EXPECT_TRUE(std::isinf(similarity::bin_high(63, 64)) && similarity::bin_high(63, 64) > 0);
+}
+
+// Pass 2 on one row, on the host space: TF32-sized errors up to the bound leave the bin's values
+// and the labels above it exact; an error beyond the bound shows as a collected count other than
+// pass 1's (which the device path refuses) instead of a silently wrong threshold.
+TEST_F(Simstat, WindowFilterIsExactWithinTheTf32BoundAndCountsWhatItMisses) {
+  using Space = similarity::HostSpace;
+  const int64_t dim = 16, n = 3000;
+  const int32_t bins = 64;
+  std::mt19937_64 rng(24);
+  std::normal_distribution<float> g;
+  similarity::View2<float, Space> a("a", 1, dim), cand("c", n, dim);
+  // Unit vectors: similarities in [-1, 1], spread over the bins.
+  const auto unit = [&](float* v) {
+    double s = 0;
+    for (int64_t k = 0; k < dim; ++k) s += double(v[k] = g(rng)) * v[k];
+    for (int64_t k = 0; k < dim; ++k) v[k] = static_cast<float>(v[k] / std::sqrt(s));
+  };
+  unit(&a(0, 0));
+  for (int64_t j = 0; j < n; ++j) unit(&cand(j, 0));
+  similarity::View1<int32_t, Space> label("label", n);
+  for (int64_t j = 0; j < n; ++j) label(j) = static_cast<int32_t>(j % 3);
+  // The exact floats, and the bin of the 50th largest as finalize_bins would name it.
+  std::vector<float> f(n);
+  double na = 0, cmax = 0;
+  for (int64_t k = 0; k < dim; ++k) na += double(a(0, k)) * a(0, k);
+  for (int64_t j = 0; j < n; ++j) {
+    f[j] = similarity::dot_in_double(&a(0, 0), &cand(j, 0), dim);
+    double nc = 0;
+    for (int64_t k = 0; k < dim; ++k) nc += double(cand(j, k)) * cand(j, k);
+    cmax = std::max(cmax, std::sqrt(nc));
+  }
+  std::vector<float> sorted = f;
+  std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+  const int32_t bin = similarity::sim_bin(sorted[49], bins);
+  int64_t need = 0, above_label = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const int32_t b = similarity::sim_bin(f[j], bins);
+    need += b == bin;
+    above_label += b > bin && label(j) == 1;
+  }
+  ASSERT_GT(need, 3);
+  const double e = similarity::tf32_error_factor(dim) * std::sqrt(na) * cmax;
+  const auto pass2 = [&](double error) {
+    similarity::RowState<Space> st(1, bins, 1, 1);
+    st.label(0) = 1;
+    similarity::DeviceRows<Space> dr(1);
+    dr.err32(0) = e;
+    dr.bin(0) = bin;
+    dr.bin_lo(0) = similarity::bin_low(bin, bins);
+    dr.bin_hi(0) = similarity::bin_high(bin, bins);
+    dr.need(0) = need;
+    similarity::View2<float, Space> sims("sims", 1, n);
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    for (int64_t j = 0; j < n; ++j) sims(0, j) = static_cast<float>(f[j] + error * u(rng));
+    similarity::View1<float, Space> bucket("bucket", need);
+    similarity::View1<uint8_t, Space> flags("flags", need);
+    const similarity::View1<int64_t, Space> no_positives("pos", 0);
+    similarity::filter_window(Space(), sims, n, 0, a, cand, label, no_positives, st, dr, bucket,
+                              flags, 0, 1);
+    std::vector<float> got(bucket.data(), bucket.data() + std::min(need, dr.got(0)));
+    std::sort(got.begin(), got.end());
+    return std::make_tuple(dr.got(0), dr.above_label(0), got, st.scalar_n(0));
+  };
+  std::vector<float> want;
+  for (int64_t j = 0; j < n; ++j)
+    if (similarity::sim_bin(f[j], bins) == bin) want.push_back(f[j]);
+  std::sort(want.begin(), want.end());
+  const auto [got, labels, values, rechecked] = pass2(0.9 * e / 2);  // float rounding of f + err
+  EXPECT_EQ(got, need);
+  EXPECT_EQ(labels, above_label);
+  EXPECT_EQ(values, want);
+  EXPECT_LT(rechecked, n / 2) << "the window, not every value";
+  EXPECT_NE(std::get<0>(pass2(20 * e)), need) << "errors 20 times the bound went unnoticed";
 }
 
 }  // namespace
