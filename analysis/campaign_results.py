@@ -6,7 +6,8 @@ Usage: campaign_results.py --campaign CAMPAIGN_DIR --out RESULTS_DIR
 Keeps the campaign layout, so that `fnvlp-report --campaign RESULTS_DIR --out REPORT_DIR` rebuilds
 the HTML report and its claims page from the copy alone: matrix.yaml, index.tsv, results.csv and
 results.md, the report's claims.json and claims.md, and per task task.json, eval.json, stats.json
-(simstat's lambda-vs-exact summary), run/summary.json and run/metrics.jsonl without the per-phase
+(simstat's lambda-vs-exact summary), epoch_stats.jsonl (the same per epoch export, where the
+campaign ran with FNVLP_EPOCH_STATS=1), run/summary.json and run/metrics.jsonl without the per-phase
 timings. No checkpoints, embeddings or images.
 """
 import argparse
@@ -17,7 +18,7 @@ import sys
 
 TOP = ("matrix.yaml", "index.tsv", "results.csv", "results.md", "report/claims.md",
        "report/data/claims.json")
-PER_TASK = ("task.json", "eval.json", "stats.json", "run/summary.json")
+PER_TASK = ("task.json", "eval.json", "stats.json", "epoch_stats.jsonl", "run/summary.json")
 
 
 def copy(src, dst):

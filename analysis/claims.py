@@ -292,18 +292,6 @@ def write_csv(path, header, rows):
         w.writerows(rows)
 
 
-def step_series(tasks, methods, fn):
-    """{"METHOD sSEED": {step: fn(record)}} over the tasks' metric records where fn gives a value."""
-    out = {}
-    for m in methods:
-        for seed, task in sorted(tasks.get(m, {}).items()):
-            pts = {r["step"]: fn(r) for r in metrics(task) or [] if "step" in r}
-            pts = {k: v for k, v in pts.items() if v is not None}
-            if pts:
-                out[f"{m} s{seed}"] = pts
-    return out
-
-
 def lines_csv(path, x, series):
     xs = sorted({k for pts in series.values() for k in pts})
     write_csv(path, [x] + list(series),
@@ -327,25 +315,39 @@ def bars(cid, title, ylabel, groups, series, data_dir):
 def plots(tasks, results, alpha, data_dir):
     """{claim id: plots.py spec} of the claims that have data; CSVs written into data_dir."""
     out = {}
+    import horizon  # analysis/horizon.py: the claims epoch by epoch
+    per_epoch = horizon.table({m: tasks[m] for m in ["glofnd", "fnc"] + glofnd_variants(tasks)
+                               if m in tasks}, alpha)
 
-    def frac(r):
-        v = [r.get("filtered_frac_i2t"), r.get("filtered_frac_t2i")]
-        return None if None in v else (v[0] + v[1]) / 2
+    def epoch_series(methods, col, label=""):
+        return {f"{m} s{s}{label}": {e: r[col] for e, r in rows.items() if r[col] is not None}
+                for m in methods for s, rows in per_epoch.get(m, {}).items()
+                if any(r[col] is not None for r in rows.values())}
 
-    a = step_series(tasks, ["glofnd"] + glofnd_variants(tasks), frac)
+    a = epoch_series(["glofnd"] + glofnd_variants(tasks), "ff_batch")
     if a:
-        lines_csv(os.path.join(data_dir, "claim_a.csv"), "step", a)
-        out["a"] = {"file": "claim_a.png", "kind": "lines", "csv": "claim_a.csv", "x": "step",
+        lines_csv(os.path.join(data_dir, "claim_a.csv"), "epoch", a)
+        out["a"] = {"file": "claim_a.png", "kind": "lines", "csv": "claim_a.csv", "x": "epoch",
                     "y": list(a), "hline": {"y": alpha, "label": "alpha"},
-                    "title": "(a) fraction of negatives filtered per anchor", "xlabel": "step",
-                    "ylabel": "filtered fraction (i2t, t2i mean)"}
+                    "title": "(a) fraction of negatives filtered per anchor, per epoch",
+                    "xlabel": "epoch", "ylabel": "filtered fraction (i2t, t2i mean)"}
+    # (b) per epoch where the campaign ran simstat on every export (FNVLP_EPOCH_STATS=1): lambda's
+    # and FNC's distance to the exact quantile on each GloFND arm's exports; else bars of the last.
+    lam = epoch_series(["glofnd"] + glofnd_variants(tasks), "lam_err", " lambda")
+    fnc = epoch_series(["glofnd"] + glofnd_variants(tasks), "fnc_err", " FNC")
+    if len({e for pts in lam.values() for e in pts}) > 1:
+        lines_csv(os.path.join(data_dir, "claim_b.csv"), "epoch", {**lam, **fnc})
+        out["b"] = {"file": "claim_b.png", "kind": "lines", "csv": "claim_b.csv", "x": "epoch",
+                    "y": list(lam) + list(fnc),
+                    "title": "(b) mean |threshold - exact (1-alpha)-quantile| per epoch export",
+                    "xlabel": "epoch", "ylabel": "mean |error| (FNC: simulated on the same export)"}
     b = results["b"]["data"]
     names = ([("glofnd_lambda_abs_error", "GloFND lambda")] +
              [(f"{m}_lambda_abs_error", "GloFND exact-init lambda" if m == "glofnd_exact"
                else f"{m} lambda") for m in glofnd_variants(tasks)] +
              [("fnc_threshold_abs_error", "FNC in-batch threshold")])
     groups = [(label, {"error": b[k]}) for k, label in names if b.get(k)]
-    if groups:
+    if groups and "b" not in out:
         out["b"] = bars("b", "(b) mean |threshold - exact (1-alpha)-quantile|", "mean |error|",
                         groups, ["error"], data_dir)
     c = results["c"]["data"]
@@ -414,6 +416,11 @@ def main():
         results[cid] = {"claim": CLAIMS[cid], "verdict": verdict, "data": data}
     for r in results.values():
         r["table"] = table(r["data"])
+    # Claims (a)-(c) judged at every epoch, not only the last: from which epoch on they hold.
+    import horizon
+    for cid, h in horizon.verdicts(horizon.table(tasks, alpha), alpha).items():
+        if h["verdict"] != "missing data":
+            results[cid]["horizon"] = h
     if args.plots:
         os.makedirs(args.plots, exist_ok=True)
         for cid, spec in plots(tasks, results, alpha, args.plots).items():
@@ -427,7 +434,10 @@ def main():
             f.write("| claim | verdict | measured (mean +- std over seeds) |\n|---|---|---|\n")
             for cid, r in results.items():
                 parts = [f"{t['quantity']} {t['mean']:.4g} +- {t['std']:.2g}" for t in r["table"]]
-                f.write(f"| ({cid}) {r['claim'].replace('|', chr(92) + '|')} | {r['verdict']} | {'; '.join(parts) or '-'} |\n")
+                verdict = r["verdict"]
+                if "horizon" in r:
+                    verdict += f" (over epochs: {r['horizon']['verdict']})"
+                f.write(f"| ({cid}) {r['claim'].replace('|', chr(92) + '|')} | {verdict} | {'; '.join(parts) or '-'} |\n")
     for cid, r in results.items():
         print(f"({cid}) {r['verdict']}: {r['claim']}")
 

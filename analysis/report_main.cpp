@@ -22,7 +22,9 @@ int main(int argc, char** argv) {
       ("out", "report directory", cxxopts::value(o.out_dir))
       ("python", "python with matplotlib", cxxopts::value(o.python)->default_value("/usr/bin/python3"))
       ("plots-script", "plot script (default: analysis/plots.py or $FNVLP_PLOTS_SCRIPT)",
-       cxxopts::value(o.plots_script));
+       cxxopts::value(o.plots_script))
+      ("horizon", "long-horizon GloFND summary JSON (default: results/long_horizon.json beside "
+       "the plot script; none: off)", cxxopts::value(o.horizon));
     // clang-format on
     const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm, {"out"});
     if (!parsed) return 0;

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # An ablation campaign as one SLURM job array: `bash slurm/ablation_campaign.sh MATRIX.yaml
-# [--out CAMPAIGN_DIR] [--methods m1,m2] [--wait]`; with FNVLP_DRY_RUN=1 it prints every sbatch
-# line and every array task's config, and submits and writes nothing.
+# [--out CAMPAIGN_DIR] [--methods m1,m2] [--wait | --local]`; with FNVLP_DRY_RUN=1 it prints every
+# sbatch line and every array task's config, and submits and writes nothing. --local runs the same
+# jobs here without SLURM, one after another in the foreground (shard, each task as
+# slurm/campaign_task.sh with SLURM_ARRAY_TASK_ID set, collect; logs in FNVLP_LOGS), for a machine
+# whose SLURM is busy with other work; it exits non-zero when a cell failed.
 # MATRIX.yaml (slurm/campaigns/): name, methods (slurm/methods.sh names or `custom` ones), seeds,
 # concurrency (%N of the array), set (overrides for every task), custom (name -> overrides),
 # env (FNVLP_* settings of the whole campaign, below).
@@ -62,15 +65,17 @@ source "$FNVLP_ROOT/slurm/pipeline.sh"
 matrix=${1:?usage: slurm/ablation_campaign.sh MATRIX.yaml [--out DIR] [--methods a,b] [--wait]}
 shift
 [ -f "$matrix" ] || fnvlp_die "matrix not found: $matrix"
-out="" methods_cli="" wait=0
+out="" methods_cli="" wait=0 local_run=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2 && shift 2 ;;
     --methods) methods_cli=$2 && shift 2 ;;
     --wait) wait=1 && shift ;;
+    --local) local_run=1 && shift ;;
     *) fnvlp_die "unknown option $1" ;;
   esac
 done
+[ "$local_run" -eq 0 ] || ! fnvlp_dry_run || fnvlp_die "--local runs the cells; FNVLP_DRY_RUN=1 prints sbatch lines: choose one"
 
 # The matrix, validated: name, then one line per method (name TAB custom overrides or "-").
 parsed=$(/usr/bin/python3 - "$matrix" "$methods_cli" <<'PY'
@@ -107,6 +112,11 @@ if fnvlp_dry_run; then
   trap 'rm -rf "$files"' EXIT
 fi
 mkdir -p "$files/tasks"
+if [ "$local_run" -eq 1 ]; then
+  # Two local runs of one campaign would train the same run directories at once.
+  exec 9>"$camp/.local.lock"
+  flock -n 9 || fnvlp_die "campaign $name: another --local run holds $camp/.local.lock"
+fi
 cp "$matrix" "$files/matrix.yaml"
 set_all=$(/usr/bin/python3 -c 'import sys,yaml; print(" ".join(yaml.safe_load(open(sys.argv[1])).get("set") or []))' "$matrix")
 
@@ -180,6 +190,31 @@ if fnvlp_dry_run; then
   while IFS=$'\t' read -r i method seed; do
     echo "array task $i: $(cat "$files/tasks/$method-s$seed/task.json")" >&2
   done < <(tail -n +2 "$files/submissions/$sub/index.tsv")
+fi
+
+if [ "$local_run" -eq 1 ]; then
+  # The array's jobs in order, here: no SLURM variables but the task index campaign_task.sh reads.
+  mkdir -p "$FNVLP_LOGS"
+  fnvlp_log "campaign $name: running $n tasks here (--local), logs $FNVLP_LOGS/fnvlp-camp-$name-local-${sub}_*.out"
+  bash "$FNVLP_ROOT/slurm/step.sh" shard >"$FNVLP_LOGS/fnvlp-shard-$name-local-$sub.out" 2>&1 ||
+    fnvlp_die "shard stage failed ($FNVLP_LOGS/fnvlp-shard-$name-local-$sub.out)"
+  failed=""
+  while IFS=$'\t' read -r i method seed; do
+    log=$FNVLP_LOGS/fnvlp-camp-$name-local-${sub}_$i.out
+    t0=$(date +%s)
+    if SLURM_ARRAY_TASK_ID=$i bash "$FNVLP_ROOT/slurm/campaign_task.sh" "$camp" "$sub_dir/index.tsv" >"$log" 2>&1; then
+      fnvlp_log "task $i ($method seed $seed) done in $(($(date +%s) - t0)) s"
+    else
+      failed+=" $method-s$seed"
+      fnvlp_log "task $i ($method seed $seed) FAILED after $(($(date +%s) - t0)) s ($log)"
+    fi
+  done < <(tail -n +2 "$sub_dir/index.tsv")
+  bash "$FNVLP_ROOT/slurm/campaign_collect.sh" "$camp" >"$FNVLP_LOGS/fnvlp-collect-$name-local-$sub.out" 2>&1 ||
+    fnvlp_die "collect failed ($FNVLP_LOGS/fnvlp-collect-$name-local-$sub.out)"
+  cat "$camp/results.md"
+  [ -z "$failed" ] || fnvlp_die "campaign $name: failed cells:$failed (marked in $camp/results.md)"
+  fnvlp_log "campaign $name completed (--local)"
+  exit 0
 fi
 
 # Array tasks: pretraining resources (smoke: one node, FNVLP_RANKS tasks).

@@ -31,18 +31,38 @@ fnvlp_pretrain
 # Claim (b) of issue 31: GloFND's learned lambda against the exact per-anchor (1-alpha)-quantile
 # and FNC's in-batch threshold (simulated at the training global batch) on the run's last export.
 emb=$(fnvlp_newest_embeddings "$FNVLP_RUN")
-if [ -n "$emb" ] && [ ! -s "$task/stats.json" ] && fnvlp_has_lambda "$emb" &&
-  fnvlp_have_or_skip fnvlp-simstat; then
-  alpha=$(/usr/bin/python3 -c 'import json,sys
+alpha=$(/usr/bin/python3 -c 'import json,sys
 a=[o.split("=",1)[1] for o in json.load(open(sys.argv[1]))["overrides"] if o.startswith("negatives.alpha=")]
 print(a[-1] if a else sys.argv[2])' "$task/task.json" "$FNVLP_FN_ALPHA")
-  fnc_batch=$(( ${FNVLP_BATCH:-256} * FNVLP_RANKS ))
+fnc_batch=$(( ${FNVLP_BATCH:-256} * FNVLP_RANKS ))
+# simstat_json EMBEDDINGS OUT_JSON: the thresholds of one export (with its lambda when it has one).
+simstat_json() {
+  local -a lam=()
+  if fnvlp_has_lambda "$1"; then lam=(--lambda-from "$1"); fi
   mkdir -p "$FNVLP_RUN/analysis"
-  fnvlp_run_ranks "$FNVLP_ANALYSIS_RANKS" "$(fnvlp_bin fnvlp-simstat)" --embeddings "$emb" \
-    --out "$FNVLP_RUN/analysis/simstat.h5" --alpha "$alpha" --lambda-from "$emb" --quantiles 2 \
-    --fnc-batch "$fnc_batch" --json "$task/stats.json.tmp"
-  mv "$task/stats.json.tmp" "$task/stats.json"
+  fnvlp_run_ranks "$FNVLP_ANALYSIS_RANKS" "$(fnvlp_bin fnvlp-simstat)" --embeddings "$1" \
+    --out "$FNVLP_RUN/analysis/simstat.h5" --alpha "$alpha" "${lam[@]}" --quantiles 2 \
+    --fnc-batch "$fnc_batch" --json "$2.tmp"
+  mv "$2.tmp" "$2"
+}
+if [ -n "$emb" ] && [ ! -s "$task/stats.json" ] && fnvlp_has_lambda "$emb" &&
+  fnvlp_have_or_skip fnvlp-simstat; then
+  simstat_json "$emb" "$task/stats.json"
   fnvlp_log "lambda vs exact thresholds ($emb, alpha $alpha, FNC batch $fnc_batch): $task/stats.json"
+fi
+# FNVLP_EPOCH_STATS=1 (long-horizon campaigns): the same summary for every epoch export of any
+# method, one JSON line per export in TASK/epoch_stats.jsonl, so that lambda's distance to the
+# exact quantile (and FNC's, simulated) can be followed epoch by epoch; exports already there are
+# skipped, so a resumed task adds only the new ones.
+if [ "${FNVLP_EPOCH_STATS:-0}" = 1 ] && fnvlp_have_or_skip fnvlp-simstat; then
+  while IFS= read -r e; do
+    base=$(basename "$e")
+    grep -qF "\"$base\"" "$task/epoch_stats.jsonl" 2>/dev/null && continue
+    simstat_json "$e" "$FNVLP_RUN/analysis/epoch.json"
+    /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["export"]=sys.argv[2]; print(json.dumps(d, sort_keys=True))' \
+      "$FNVLP_RUN/analysis/epoch.json" "$base" >>"$task/epoch_stats.jsonl"
+  done < <({ find "$FNVLP_RUN/embeddings" -maxdepth 1 -name 'epoch-*.h5' 2>/dev/null || true; } | sort)
+  fnvlp_log "per-epoch thresholds (alpha $alpha, FNC batch $fnc_batch): $task/epoch_stats.jsonl"
 fi
 
 if fnvlp_have_or_skip fnvlp-eval; then

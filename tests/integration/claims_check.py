@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """analysis/claims.py on a fabricated two-seed campaign whose verdicts are known by construction:
-(a) held for GloFND (filtered fraction 0.011 / 0.009 at alpha 0.01), not held for glofnd_exact;
-(b) held (lambda error below FNC's on both seeds); (c) inconclusive (the F1 ranges overlap);
+(a) held for GloFND (filtered fraction 0.011 / 0.009 at alpha 0.01, from epoch 2 on), not held for
+glofnd_exact; (b) held (lambda error below FNC's on both seeds, from epoch 2 on in the per-epoch
+simstat summaries); (c) inconclusive (the F1 ranges overlap);
 (d) not held (GRIT q=1's rate below uniform's); (e) held (q falls on both seeds); (f) missing
 data (no FALCON eval.json). Then the same campaign with one seed's GloFND error raised above FNC's
 turns (b) inconclusive, and the Markdown table names every claim.
@@ -68,6 +69,15 @@ def campaign(root, glofnd_error_s2=0.02):
             if "err" in v:
                 side = {"glofnd": {"mean_abs_error": v["err"]}, "fnc": {"mean_abs_error": 0.015}}
                 write(os.path.join(d, "stats.json"), {"image": side, "text": side})
+                # simstat of every epoch export (FNVLP_EPOCH_STATS=1): lambda reaches FNC's error
+                # in the last epoch only.
+                per = []
+                for epoch, err in enumerate((0.3, 0.1, v["err"])):
+                    side = {"glofnd": {"mean_abs_error": err, "flagged": 100},
+                            "fnc": {"mean_abs_error": 0.015}, "exact": {"flagged": 100},
+                            "mean_threshold": 0.5}
+                    per.append({"export": f"epoch-{epoch:03d}.h5", "image": side, "text": side})
+                write(os.path.join(d, "epoch_stats.jsonl"), lines=per)
             if "r1" in v:
                 write(os.path.join(d, "eval.json"), {"txt_r1": v["r1"], "img_r1": v["r1"]})
 
@@ -91,6 +101,13 @@ with tempfile.TemporaryDirectory() as tmp:
     assert got == want, f"verdicts {got}, expected {want}"
     assert doc["alpha"] == 0.01, f"alpha {doc['alpha']}: the last negatives.alpha override wins"
     assert doc["claims"]["a"]["data"]["glofnd_exact"]["verdict"] == "not held"
+    # Judged at every epoch (analysis/horizon.py): (a) holds from epoch 2 on (0.5 in epoch 1), so
+    # does (b) (lambda's error 0.3, 0.1, then below FNC's), the F1 ranges of (c) overlap throughout.
+    h = {k: v["horizon"]["verdict"] for k, v in doc["claims"].items() if "horizon" in v}
+    assert h == {"a": "holds from epoch 2", "b": "holds from epoch 2",
+                 "c": "does not hold by epoch 2"}, h
+    assert doc["claims"]["a"]["horizon"]["arms"]["glofnd_exact"]["from_epoch"] is None
+    assert "(over epochs: holds from epoch 2)" in md, md
     fa = doc["claims"]["a"]["data"]["glofnd"]["filtered_fraction_last_epoch"]
     assert abs(fa["mean"] - 0.010) < 1e-12 and fa["seeds"] == {"1": 0.011, "2": 0.009}, fa
     for cid in "abcdef":
@@ -106,6 +123,9 @@ with tempfile.TemporaryDirectory() as tmp:
             # (f) has R@1 for uniform and GRIT (no FALCON eval.json): a plot without FALCON's bar.
             assert os.path.getsize(png) > 1000 and f'src="claim_{cid}.png"' in html, png
         plotted = json.load(open(os.path.join(rep, "report.json")))["plots"]
+        kinds = {p["claim"]: (p["kind"], p.get("x")) for p in plotted if "claim" in p}
+        assert kinds["a"] == ("lines", "epoch") and kinds["b"] == ("lines", "epoch"), kinds
+        assert "judged at every epoch: holds from epoch 2" in html
         assert sorted(p["claim"] for p in plotted if "claim" in p) == list("abcdef"), plotted
     b = os.path.join(tmp, "b")
     os.makedirs(b)

@@ -130,6 +130,28 @@ print("lambda report: GloFND |err| image %.4f; campaign rows %s" % (
       r["stats"]["image"]["glofnd"]["mean_abs_error"], sorted(rows)))
 PY
 
+echo "== GloFND's numbers come with what the long-horizon arm found (--horizon)"
+mkdir -p "$work/hz/t"
+echo '# per epoch' >"$work/hz/t/horizon.md"
+printf '{"sentence": "At 40 epochs GloFND filtered 0.07 <of> the negatives.", "table": "t/horizon.md"}\n' \
+  >"$work/hz/long_horizon.json"
+"$bin/analysis/fnvlp-report" --run "$work/run_lambda" --stats "$work/stats2.h5" \
+  --horizon "$work/hz/long_horizon.json" --out "$work/rep5"
+"$bin/analysis/fnvlp-report" --run "$work/run" --stats "$work/stats.h5" \
+  --horizon "$work/hz/long_horizon.json" --out "$work/rep6"
+"$bin/analysis/fnvlp-report" --run "$work/run_lambda" --stats "$work/stats2.h5" --horizon none \
+  --out "$work/rep7"
+$py - "$work" <<'PY'
+import sys
+w = sys.argv[1]
+html = open(w + "/rep5/report.html").read()
+summary = html[html.index("<h2>Summary</h2>"):html.index("</ul>", html.index("<h2>Summary</h2>"))]
+assert "At 40 epochs GloFND filtered 0.07 &lt;of&gt; the negatives." in summary, summary
+assert 'href="file://%s/hz/t/horizon.md"' % w in summary and "lambda off by" in summary, summary
+# Not beside a run without GloFND, nor when switched off.
+assert "At 40 epochs" not in open(w + "/rep6/report.html").read()
+assert "At 40 epochs" not in open(w + "/rep7/report.html").read()
+PY
 echo "== a missing plotting tool is a clear error"
 set +e
 out=$("$bin/analysis/fnvlp-report" --run "$work/run" --out "$work/rep3" --python /nonexistent/python3 2>&1)

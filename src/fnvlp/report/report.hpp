@@ -18,6 +18,10 @@ struct Options {
   std::string python = "/usr/bin/python3";
   std::string plots_script;   // analysis/plots.py
   std::string claims_script;  // analysis/claims.py (default: beside plots_script)
+  // What the long-horizon GloFND arm found (analysis/horizon.py --summary: a sentence and its
+  // table), stated beside GloFND's numbers so a short run's gap to alpha is not read as a bug.
+  // Default: results/long_horizon.json beside plots_script; "none" or a missing file: not shown.
+  std::string horizon;
 };
 
 // Writes the report and returns report.json's content. Throws fnvlp::Error naming the file and
