@@ -104,8 +104,10 @@ std::optional<std::string> scontrol_state(const std::string& id) {
   const int rc = ::pclose(p);
   const int code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
   if (code == 124 || code == 126 || code == 127 || code < 0) return std::nullopt;  // not asked
+  // SLURM's words for a job it no longer knows, and for a step that is not running (22.05:
+  // "Job step 1.7 not found"); with a job id it does not know the step query says the former.
   if (out.find("Invalid job id") != std::string::npos ||
-      out.find("Invalid job step id") != std::string::npos)
+      (step && out.find("step " + id + " not found") != std::string::npos))
     return std::string();
   if (code != 0) return std::nullopt;
   const std::string key = step ? " State=" : " JobState=";
