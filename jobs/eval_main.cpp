@@ -6,6 +6,7 @@
 #include "fnvlp/comm/job_main.hpp"
 #include "fnvlp/comm/watchdog.hpp"
 #include "fnvlp/eval/eval_job.hpp"
+#include "fnvlp/store/run_lock.hpp"
 
 int main(int argc, char** argv) {
   return fnvlp::job_main(argc, argv, "fnvlp-eval", [](fnvlp::Comm& comm, int argc, char** argv) {
@@ -41,6 +42,9 @@ int main(int argc, char** argv) {
     if (verify != "full" && verify != "size")
       throw cxxopts::exceptions::exception("--verify takes full or size, not '" + verify + "'");
     opt.verify_checksums = verify == "full";
+    // One job writes a result (OUT.lock beside it): another live owner is a usage error (exit 2).
+    std::unique_ptr<fnvlp::store::OwnerLock> owner;
+    if (!opt.out.empty()) owner = fnvlp::store::own_output_file(comm, opt.out);
     fnvlp::eval::run_evaluation(comm, opt);
     return 0;
   });

@@ -8,6 +8,7 @@
 #include "fnvlp/comm/job_main.hpp"
 #include "fnvlp/core/config.hpp"
 #include "fnvlp/finetune/finetune.hpp"
+#include "fnvlp/store/run_lock.hpp"
 
 int main(int argc, char** argv) {
   return fnvlp::job_main(
@@ -34,6 +35,8 @@ int main(int argc, char** argv) {
         if (!parsed) return 0;
         const auto cfg =
             fnvlp::load_job_config<fnvlp::finetune::FinetuneConfig>(comm, config_paths, overrides);
+        // One job writes a run directory: another live owner is a usage error (exit 2).
+        const auto owner = fnvlp::store::own_directory(comm, opt.run_dir);
         return fnvlp::finetune::run_finetuning(comm, cfg, opt);
       });
 }

@@ -4,6 +4,7 @@
 
 #include "fnvlp/comm/job_main.hpp"
 #include "fnvlp/core/config.hpp"
+#include "fnvlp/store/run_lock.hpp"
 #include "fnvlp/train/trainer.hpp"
 
 int main(int argc, char** argv) {
@@ -33,6 +34,8 @@ int main(int argc, char** argv) {
         if (comm.is_root())
           for (const auto& n : notes) std::cerr << "fnvlp-pretrain: " << n << "\n";
         opt.config_yaml = fnvlp::config::dump(fnvlp::config::to_yaml(cfg));
+        // One job writes a run directory: another live owner is a usage error (exit 2).
+        const auto owner = fnvlp::store::own_directory(comm, opt.run_dir);
         return fnvlp::train::run_pretraining(comm, cfg, opt);
       });
 }

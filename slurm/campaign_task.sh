@@ -20,6 +20,9 @@ line=$(awk -F'\t' -v i="$index" 'NR > 1 && $1 == i' "$index_tsv")
 [ -n "$line" ] || fnvlp_die "$index_tsv has no index $index"
 IFS=$'\t' read -r _ method seed _ <<<"$line"
 task=$camp/tasks/$method-s$seed
+# One job per task: a task started twice (resubmitted, or a requeue racing its previous
+# allocation) stops here with exit 2, naming the job that owns the directory.
+fnvlp_own_dir "$task"
 export FNVLP_RUN=$task/run FNVLP_SEED=$seed
 # The task's overrides (method's and matrix-wide), from task.json; train.seed comes first.
 FNVLP_PRETRAIN_SET="$FNVLP_PRETRAIN_SET $(/usr/bin/python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))["overrides"]))' "$task/task.json")"

@@ -274,6 +274,19 @@ fnvlp_have_or_skip() {
   fnvlp_bin "$1" >/dev/null
 }
 
+# This batch shell owns directory $1 for the rest of the script (DIR/owner.lock through
+# fnvlp-lock, released when the shell exits; src/fnvlp/store/run_lock.hpp): a second job into it
+# exits 2 at once, naming the owner; the lock of an owner that is gone (killed, or an earlier
+# allocation of this requeued job) is taken over with a line saying so.
+fnvlp_own_dir() {
+  local bin rc=0
+  bin=$(fnvlp_bin fnvlp-lock)
+  "$bin" take "$1" --pid $$ --program "${SLURM_JOB_NAME:-$(basename "$0")} (batch shell)" || rc=$?
+  [ "$rc" -eq 0 ] || exit "$rc"
+  FNVLP_OWNED_DIR=$1 FNVLP_LOCK_BIN=$bin
+  trap '"$FNVLP_LOCK_BIN" release "$FNVLP_OWNED_DIR" --pid $$ || true' EXIT
+}
+
 # ---------------------------------------------------------------------------------------------
 # Logging: what ran, on which commit, with which settings.
 fnvlp_log_header() {

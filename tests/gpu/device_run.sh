@@ -2,7 +2,8 @@
 # On a lent GPU machine (tests/gpu/device_pack.sh made DIR here): unpacks the runtime prefix,
 # points the programs at that machine's PyTorch and CUDA libraries, and runs the named parts:
 #   checks: the gpu ctest cases (golden step, equivalence, shared GPU, bf16, kill + resume, NCCL,
-#           profile) and the unit tests' CUDA cases (*Cuda*: GPU state against the CPU's)
+#           profile, out of memory) and the unit tests' CUDA cases (*Cuda*: GPU state against
+#           the CPU's)
 #   bench:  tests/bench/gpu_pretrain.sh
 #   kokkos: simstat on the GPU (the programs of a build against Kokkos on CUDA): its tests against
 #           the host, the named failure without a visible GPU, tests/bench/bench_simstat_device.sh
@@ -50,7 +51,7 @@ check() {  # NAME COMMAND...: runs one check, one summary line per check
 for part in "$@"; do
   case $part in
   equivalence | bf16 | kill_resume | shared_gpu | no_cuda | profile | graphs | graphs_resume | \
-    graphs_nan | sdpa)
+    graphs_nan | sdpa | oom)
     check "gpu_$part" bash "$root/tests/gpu/gpu_pretrain.sh" "$part" "$bin" "$dir/vocab.txt" "$root"
     ;;
   nccl) check nccl_np1 mpirun --oversubscribe -np 1 "$bin/tests/mpi/fnvlp_nccl_tests" ;;
@@ -60,7 +61,7 @@ for part in "$@"; do
     check nccl_np1 mpirun --oversubscribe -np 1 "$bin/tests/mpi/fnvlp_nccl_tests"
     check unit_cuda "$bin/tests/fnvlp_unit_tests" --gtest_filter='*Cuda*'
     for c in equivalence bf16 kill_resume shared_gpu no_cuda profile graphs graphs_resume graphs_nan \
-      sdpa; do
+      sdpa oom; do
       check "gpu_$c" bash "$root/tests/gpu/gpu_pretrain.sh" "$c" "$bin" "$dir/vocab.txt" "$root"
     done
     ;;

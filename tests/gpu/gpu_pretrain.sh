@@ -19,6 +19,10 @@
 #                of a run that stops before it
 #   sdpa         train.attention=sdpa (fused kernels) against materialised scores, fp32 (1e-4,
 #                then 2e-3) and bf16 (3e-2), train.deterministic=false
+#   oom          CUDA's out-of-memory error at step 3 (FNVLP_FAULT step.oom: an allocation larger
+#                than the GPU): exit 1, summary.json naming the phase, the batch size, the device
+#                memory in use and in total, and a hint with bf16 (tests/fault/out_of_memory.sh is
+#                the same on the CPU)
 #   profile      train.profile_steps: a Chrome trace of the profiled steps (their kernels on a
 #                GPU) that tests/bench/trace_summary.py reads; on a GPU, a 1-rank step waits for
 #                it at most 5 times; with libtorch 1.13 a usage error (runs anywhere: on the GPU
@@ -272,6 +276,27 @@ sdpa)
   run mat16 1 "${a[@]}" --set train.attention=materialised --set train.precision=bf16
   run sdpa16 1 "${a[@]}" --set train.attention=sdpa --set train.precision=bf16
   compare mat16 sdpa16 3e-2 1
+  ;;
+oom)
+  need_gpu
+  make_data
+  set +e
+  FNVLP_FAULT="step.oom:3:0" timeout 300 "${mpirun1[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" \
+    --out "$work/a" --set train.max_steps=10 --set train.device=cuda >"$work/a.txt" 2>&1
+  rc=$?
+  set -e
+  [ "$rc" -eq 1 ] || { tail -20 "$work/a.txt"; fail "exit $rc, expected 1"; }
+  expect "CUDA out of memory on rank 0 \(cuda:0\) in phase 'step' at step 3 with train.batch_size 16: device memory" "$work/a.txt"
+  "$py" - "$work/a/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+o = s["out_of_memory"]
+assert s["status"] == "failed" and s["exit_code"] == 1 and s["phase"] == "step", s
+assert o["device"] == "cuda:0" and o["batch_size"] == 16 and o["step"] == 3, o
+assert 0 < o["memory_in_use_bytes"] <= o["memory_total_bytes"] and o["memory_peak_bytes"] > 0, o
+assert "train.precision=bf16" in o["hint"] and "CUDA out of memory" in s["error"], s
+print("  %s" % s["error"][:300])
+PY
   ;;
 profile)
   make_data

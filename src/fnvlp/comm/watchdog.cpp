@@ -54,6 +54,16 @@ void Watchdog::beat(int64_t step, const std::string& phase) {
   phase_ = phase;
 }
 
+std::string Watchdog::failure_phase() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return unwound_phase_.empty() ? phase_ : unwound_phase_;
+}
+
+int64_t Watchdog::last_step() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return step_;
+}
+
 Watchdog::Scope Watchdog::long_phase(const std::string& phase, double timeout_s) {
   std::lock_guard<std::mutex> lock(mutex_);
   Scope scope(this, limit_s_, phase_);
@@ -66,6 +76,8 @@ Watchdog::Scope Watchdog::long_phase(const std::string& phase, double timeout_s)
 Watchdog::Scope::~Scope() {
   if (!dog_) return;
   std::lock_guard<std::mutex> lock(dog_->mutex_);
+  if (std::uncaught_exceptions() > uncaught_ && dog_->unwound_phase_.empty())
+    dog_->unwound_phase_ = dog_->phase_;
   dog_->limit_s_ = saved_limit_;
   dog_->phase_ = std::move(saved_phase_);
   dog_->last_beat_ = Clock::now();

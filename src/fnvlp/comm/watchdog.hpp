@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -68,14 +69,22 @@ class Watchdog {
    private:
     friend class Watchdog;
     Scope(Watchdog* dog, double saved_limit, std::string saved_phase)
-        : dog_(dog), saved_limit_(saved_limit), saved_phase_(std::move(saved_phase)) {}
+        : dog_(dog),
+          saved_limit_(saved_limit),
+          saved_phase_(std::move(saved_phase)),
+          uncaught_(std::uncaught_exceptions()) {}
     Watchdog* dog_;
     double saved_limit_;
     std::string saved_phase_;
+    int uncaught_;  // a scope left by an exception records its phase (failure_phase())
   };
   [[nodiscard]] Scope long_phase(const std::string& phase, double timeout_s = 0);
 
   void stop();
+  // The phase a failure happened in: the innermost long phase an exception unwound, else the
+  // last phase reported; with the last step reported. For the failed run's summary.json.
+  std::string failure_phase() const;
+  int64_t last_step() const;
   // The word for beat()'s count in the abort message ("step" by default).
   void set_counter_name(std::string name);
   bool enabled() const { return timeout_s_ > 0; }
@@ -108,6 +117,7 @@ class Watchdog {
   int64_t step_ = -1;
   std::string counter_ = "step";
   std::string phase_ = "startup";
+  std::string unwound_phase_;  // the first long phase an exception left
   std::thread thread_;
 };
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -23,7 +24,7 @@ namespace {
 constexpr const char* kSites[] = {"checkpoint.write", "checkpoint.kill", "step.kill",
                                   "step.sleep",       "step.throw",      "step.nan",
                                   "shard.read",       "startup.sleep",   "export.sleep",
-                                  "progress.sleep",   "comm.sleep"};
+                                  "progress.sleep",   "comm.sleep",      "step.oom"};
 
 struct Entry {
   std::string site;
@@ -38,6 +39,7 @@ struct State {
   std::string error;  // parse error, thrown by every point() until reload()
   std::vector<Entry> entries;
   std::map<std::string, int64_t> calls;
+  std::function<void()> out_of_memory;  // step.oom's action; empty: std::bad_alloc
 };
 
 State& state() {
@@ -207,6 +209,17 @@ bool point(const char* site, int64_t event, const std::string& context) {
     FNVLP_FAIL("cannot write '" << context << "': " << std::strerror(ENOSPC) << " (injected by "
                                 << kEnvVar << " at " << site << ", event " << event << ")");
   }
+  if (ends_with(name, ".oom")) {
+    announce(site, event, context, "out of memory");
+    std::function<void()> action;
+    {
+      State& s = state();
+      std::lock_guard<std::mutex> lock(s.mutex);
+      action = s.out_of_memory;
+    }
+    if (action) action();
+    throw std::bad_alloc();
+  }
   if (ends_with(name, ".throw") || ends_with(name, ".read")) {
     announce(site, event, context, "failure");
     FNVLP_FAIL((name == "shard.read" ? "read error in " : "injected failure at ")
@@ -222,6 +235,13 @@ void at_step(int64_t step) {
   point("step.kill", step);
   point("step.sleep", step);
   point("step.throw", step);
+  point("step.oom", step);
+}
+
+void set_out_of_memory(std::function<void()> fn) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.out_of_memory = std::move(fn);
 }
 
 }  // namespace fnvlp::fault

@@ -22,6 +22,9 @@
 //   step.kill         SIGKILL of this process at the start of the step
 //   step.sleep        sleeps ARG seconds at the start of the step (a stalled rank)
 //   step.throw        throws fnvlp::Error at the start of the step
+//   step.oom          runs out of memory at the start of the step: throws std::bad_alloc, or
+//                     does what set_out_of_memory() installed (train/device.cpp, on a CUDA
+//                     device: an allocation larger than the device, CUDA's own out-of-memory)
 //   step.nan          the caller makes this step's loss NaN
 //   shard.read        throws an I/O error naming the shard file and dataset at an image read
 //   startup.sleep     sleeps ARG seconds in the trainer's start-up (after the shards are opened)
@@ -34,6 +37,7 @@
 // An unknown site or a malformed entry throws fnvlp::Error naming FNVLP_FAULT at the first point()
 // (a typo must not silently test nothing).
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace fnvlp::fault {
@@ -49,8 +53,11 @@ void set_rank(int rank);
 // `context` (a file name, "file:/dataset") goes into the messages.
 bool point(const char* site, int64_t event = -1, const std::string& context = "");
 
-// The start-of-step sites in one call: step.kill, step.sleep, step.throw at `step`.
+// The start-of-step sites in one call: step.kill, step.sleep, step.throw, step.oom at `step`.
 void at_step(int64_t step);
+
+// What step.oom does instead of throwing std::bad_alloc (empty: restore that); it should throw.
+void set_out_of_memory(std::function<void()> fn);
 
 // True when FNVLP_FAULT is set and non-empty (parsed at first use).
 bool enabled();

@@ -9,6 +9,7 @@
 #include "fnvlp/comm/nccl.hpp"
 #include "fnvlp/comm/node_local.hpp"
 #include "fnvlp/comm/tensors.hpp"
+#include "fnvlp/core/fault.hpp"
 
 #if FNVLP_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -75,6 +76,11 @@ DeviceChoice choose_device(const Comm& comm, DeviceKind want) {
   const int index = c.local_rank % c.visible;
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
   c.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  // FNVLP_FAULT step.oom on this device: an allocation larger than any GPU (64 TiB) fails in
+  // CUDA's caching allocator, the error a step too large for the device raises.
+  fault::set_out_of_memory([dev = c.device] {
+    (void)torch::empty({int64_t{1} << 46}, torch::dtype(torch::kUInt8).device(dev));
+  });
   if (c.local_size > c.visible && c.local_rank == 0)
     spdlog::warn("{} ranks on {} share {} CUDA devices: ranks share GPUs (NCCL refuses that)",
                  c.local_size, host_name(), c.visible);

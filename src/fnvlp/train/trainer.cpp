@@ -30,6 +30,7 @@
 #include "fnvlp/store/run_dir.hpp"
 #include "fnvlp/train/batch_source.hpp"
 #include "fnvlp/train/embed_export.hpp"
+#include "fnvlp/train/failure.hpp"
 #include "fnvlp/train/fused_adamw.hpp"
 #include "fnvlp/train/grad_buckets.hpp"
 #include "fnvlp/train/grad_sync.hpp"
@@ -314,10 +315,12 @@ void Trainer::log_progress(MetricsWriter& metrics, const BatchSource& loader) {
   telemetry_.finish_window(metrics, m);
 }
 
-void Trainer::write_failure_summary(int exit_code, const std::string& why, bool agreed) const {
+void Trainer::write_failure_summary(int exit_code, const std::string& why, bool agreed,
+                                    const json& extra) const {
   RunSummary s = telemetry_.summary(RunStatus::kFailed, step_, skips_.total());
   s.exit_code = exit_code;
   s.error = why;
+  s.extra = extra;
   s.extra["epochs_completed"] = epoch_;
   run_.write_summary(s, !agreed);
 }
@@ -335,14 +338,18 @@ int run_pretraining(const Comm& comm, const PretrainConfig& cfg, const PretrainO
     const bool agreed = dynamic_cast<const CollectiveError*>(&e) != nullptr ||
                         dynamic_cast<const UsageError*>(&e) != nullptr;
     const int code = dynamic_cast<const UsageError*>(&e) != nullptr ? kExitUsage : 1;
+    // The phase; out of memory: the memory, the batch size and a hint (train/failure.hpp).
+    const FailureReport why =
+        describe_failure(e, comm.rank(), dog, cfg.train.batch_size, cfg.train.precision);
     try {
       if (t) {
-        t->write_failure_summary(code, e.what(), agreed);
+        t->write_failure_summary(code, why.error, agreed, why.extra);
       } else {
         RunSummary s;
         s.status = RunStatus::kFailed;
         s.exit_code = code;
-        s.error = e.what();
+        s.error = why.error;
+        s.extra = why.extra;
         s.extra["phase"] = "startup";
         store::write_summary_at(opt.run_dir, comm, s, !agreed);
       }

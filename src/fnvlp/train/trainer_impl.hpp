@@ -83,7 +83,8 @@ class Trainer {
   // summary.json of a run that ends with an exception (main thread): status failed, the exit
   // code, the message and the progress so far. `agreed`: every rank holds the same error, rank 0
   // writes; otherwise this rank writes it and names itself.
-  void write_failure_summary(int exit_code, const std::string& why, bool agreed) const;
+  void write_failure_summary(int exit_code, const std::string& why, bool agreed,
+                             const nlohmann::json& extra = nlohmann::json::object()) const;
 
  private:
   uint64_t seed() const { return static_cast<uint64_t>(cfg_.train.seed); }

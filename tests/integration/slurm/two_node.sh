@@ -5,10 +5,19 @@
 # shard -> pretrain, both at 2 nodes x 1 rank (srun --mpi=pmix, Open MPI over TCP between the
 # namespaces); the pretraining losses equal those of the same run at 2 ranks on one node
 # (mpirun, shared memory). Tears the namespaced cluster down at the end (FNVLP_KEEP_CLUSTER=1 keeps
-# it). Needs root with CAP_NET_ADMIN; without it the test says SKIPPED (exit 77).
+# it). Needs root with CAP_NET_ADMIN; without it the test says SKIPPED (exit 77). So does a checkout
+# or build under /tmp: each node has a /tmp of its own, where the job finds neither.
 set -euo pipefail
 build=$1 src=$2
 export FNVLP_SLURM_NODES=2
+for d in "$src" "$build"; do
+  case "$(realpath -m "$d")/" in
+    /tmp/*)
+      echo "SKIPPED: $d is under /tmp, which each node of the two-node cluster has privately (its own mount namespace): the nodes' jobs would not find it (slurmstepd \"couldn't chdir\", then a failed batch script or srun's JobLaunchFailure); run from a checkout and build outside /tmp (e.g. /work or /var/tmp)"
+      exit 77
+      ;;
+  esac
+done
 ls=$src/env/local-slurm.sh
 if [ "$(id -u)" -ne 0 ] || ! ip netns add "fnvlp-probe$$" 2>/dev/null; then
   echo "SKIPPED: network namespaces need root with CAP_NET_ADMIN (ip netns add failed)"

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <new>
 
 #include "fnvlp/core/error.hpp"
 
@@ -77,6 +78,17 @@ TEST_F(FaultEnv, WriteFailureNamesTheFileAndEnospc) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST_F(FaultEnv, OutOfMemoryIsBadAllocOrTheInstalledAction) {
+  set("step.oom:4:0");
+  EXPECT_NO_THROW(fault::at_step(3));
+  EXPECT_THROW(fault::at_step(4), std::bad_alloc);
+  struct DeviceOom {};  // what train/device.cpp installs: CUDA's own error
+  fault::set_out_of_memory([] { throw DeviceOom(); });
+  EXPECT_THROW(fault::at_step(4), DeviceOom);
+  fault::set_out_of_memory({});
+  EXPECT_THROW(fault::at_step(4), std::bad_alloc);
 }
 
 TEST_F(FaultEnv, SleepStallsForItsArgument) {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <new>
 #include <sstream>
 #include <thread>
 
@@ -17,6 +18,7 @@
 #include "fnvlp/comm/watchdog.hpp"
 #include "fnvlp/core/log.hpp"
 #include "fnvlp/core/progress.hpp"
+#include "fnvlp/train/failure.hpp"
 #include "fnvlp/train/signals.hpp"
 #include "fnvlp/train/watchdog.hpp"
 
@@ -166,6 +168,42 @@ TEST(Watchdog, QuietWhileBeatingAndDuringLongPhasesAndStopsPromptly) {
 
   Watchdog off(0, 0, [&](int) { fired = -1; });  // disabled: no thread at all
   EXPECT_FALSE(off.enabled());
+}
+
+// What a failed run's summary.json says: the phase (a long phase an exception left, else the last
+// beat), and for running out of memory the memory, the batch size and a hint.
+TEST(Watchdog, TheFailurePhaseIsTheOneAnExceptionLeft) {
+  Watchdog dog(0, 0, [](int) {});
+  dog.beat(7, "step");
+  EXPECT_EQ(dog.failure_phase(), "step");
+  try {
+    auto save = dog.long_phase("checkpoint");
+    throw std::runtime_error("disk full");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(dog.failure_phase(), "checkpoint");
+  EXPECT_EQ(dog.last_step(), 7);
+
+  const FailureReport plain =
+      describe_failure(std::runtime_error("x"), 1, dog, 16, Precision::kFp32);
+  EXPECT_EQ(plain.error, "x");
+  EXPECT_EQ(plain.extra["phase"], "checkpoint");
+  EXPECT_FALSE(plain.extra.contains("out_of_memory"));
+  const FailureReport oom = describe_failure(std::bad_alloc(), 1, dog, 16, Precision::kFp32);
+  const auto& o = oom.extra["out_of_memory"];
+  EXPECT_EQ(o["device"], "host");
+  EXPECT_EQ(o["batch_size"], 16);
+  EXPECT_EQ(o["step"], 7);
+  EXPECT_GT(o["memory_in_use_bytes"].get<int64_t>(), 0);
+  EXPECT_GE(o["memory_total_bytes"].get<int64_t>(), o["memory_in_use_bytes"].get<int64_t>());
+  EXPECT_NE(oom.error.find("out of memory on rank 1 (host) in phase 'checkpoint' at step 7"),
+            std::string::npos)
+      << oom.error;
+  // Through a collective only the text is left: still recognised, CUDA's by its words.
+  const FailureReport cuda =
+      describe_failure(std::runtime_error("rank 0: CUDA out of memory. Tried to allocate 2.00 GiB"),
+                       0, dog, 64, Precision::kFp32);
+  EXPECT_TRUE(cuda.extra.contains("out_of_memory"));
 }
 
 // The tools' watchdog (fnvlp-shard, -eval, -simstat): progress() from any thread beats it; when the
