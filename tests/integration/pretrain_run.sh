@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fnvlp-pretrain end to end on a small synthetic dataset at 2 ranks:
-#  1. a run completes and leaves the run directory of DESIGN.md §2;
+#  1. a run completes and leaves the run directory of ARCHITECTURE.md §9;
 #  2. a run stopped at a step (injected SIGUSR1 on rank 0, and a real SIGUSR1 sent to mpirun)
 #     checkpoints, exits with the requeue code 3, and resumed with --resume auto reproduces the
 #     uninterrupted run's losses bitwise (deterministic mode);
@@ -80,7 +80,7 @@ elapsed=$(( $(date +%s) - t0 ))
 [ "$rc" -ne 0 ] || fail "a rank failed but the job exited 0"
 [ "$rc" -ne 124 ] || fail "the job hung after a rank failed"
 [ "$elapsed" -lt 30 ] || fail "the job took ${elapsed}s to end after a rank failed"
-grep -q "injected failure at step 3" "$work/g/logs/rank-1.log" || fail "rank 1's log lacks the failure"
+grep -q "injected failure at step.throw event 3" "$work/g/logs/rank-1.log" || fail "rank 1's log lacks the failure"
 echo "job ended with exit $rc in ${elapsed}s (start-up included)"
 
 /usr/bin/python3 - "$work" <<'PY'

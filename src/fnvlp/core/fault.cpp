@@ -21,16 +21,17 @@ namespace fnvlp::fault {
 
 namespace {
 
-constexpr const char* kSites[] = {"checkpoint.write", "checkpoint.kill", "step.kill",
-                                  "step.sleep",       "step.throw",      "step.nan",
-                                  "shard.read",       "startup.sleep",   "export.sleep",
-                                  "progress.sleep",   "comm.sleep",      "step.oom"};
+constexpr const char* kSites[] = {
+    "checkpoint.write", "checkpoint.kill", "step.kill",     "step.sleep",   "step.throw",
+    "step.nan",         "shard.read",      "startup.sleep", "export.sleep", "progress.sleep",
+    "comm.sleep",       "step.oom",        "step.stop",     "step.export"};
 
 struct Entry {
   std::string site;
-  int64_t first = 0, last = 0;  // event range, inclusive; first < 0: every event
-  int rank = -1;                // -1: every rank
-  double arg = -1;              // < 0: the site's default
+  int64_t first = 0, last = 0;   // event range, inclusive; first < 0: every event
+  int rank = -1;                 // -1: every rank
+  double arg = -1;               // < 0: the site's default
+  std::string origin = kEnvVar;  // named in the messages: the variable or the configuration
 };
 
 struct State {
@@ -38,6 +39,7 @@ struct State {
   bool parsed = false;
   std::string error;  // parse error, thrown by every point() until reload()
   std::vector<Entry> entries;
+  std::string configured, configured_origin;  // set_configured's entries, kept over reload()
   std::map<std::string, int64_t> calls;
   std::function<void()> out_of_memory;  // step.oom's action; empty: std::bad_alloc
 };
@@ -111,14 +113,9 @@ std::string parse_entry(const std::string& text, Entry* e) {
   return "";
 }
 
-// Caller holds the state's mutex.
-void parse_locked(State& s) {
-  s.entries.clear();
-  s.calls.clear();
-  s.error.clear();
-  s.parsed = true;
-  const char* raw = std::getenv(kEnvVar);
-  const std::string text = raw ? trim(raw) : "";
+// Appends the entries of `text` (from `origin`) to s.entries; "" or the reason of the first bad
+// one.
+std::string append_entries(State& s, const std::string& text, const std::string& origin) {
   for (size_t a = 0; a < text.size();) {
     size_t b = text.find(',', a);
     if (b == std::string::npos) b = text.size();
@@ -126,13 +123,23 @@ void parse_locked(State& s) {
     a = b + 1;
     if (item.empty()) continue;
     Entry e;
+    e.origin = origin;
     const std::string why = parse_entry(item, &e);
-    if (!why.empty()) {
-      s.error = std::string(kEnvVar) + "='" + text + "': entry '" + item + "': " + why;
-      break;
-    }
+    if (!why.empty()) return origin + "='" + text + "': entry '" + item + "': " + why;
     s.entries.push_back(e);
   }
+  return "";
+}
+
+// Caller holds the state's mutex.
+void parse_locked(State& s) {
+  s.entries.clear();
+  s.calls.clear();
+  s.error.clear();
+  s.parsed = true;
+  const char* raw = std::getenv(kEnvVar);
+  s.error = append_entries(s, raw ? trim(raw) : "", kEnvVar);
+  if (s.error.empty()) s.error = append_entries(s, s.configured, s.configured_origin);
   g_mode.store(s.entries.empty() && s.error.empty() ? 1 : 2, std::memory_order_release);
 }
 
@@ -141,9 +148,9 @@ int rank() {
   return r >= 0 ? r : env_rank();
 }
 
-void announce(const char* site, int64_t event, const std::string& context, const char* what) {
-  spdlog::warn("fault: {} fires on rank {} at event {}{}{}: {} (injected by {})", site, rank(),
-               event, context.empty() ? "" : " in ", context, what, kEnvVar);
+void announce(const Entry& e, int64_t event, const std::string& context, const char* what) {
+  spdlog::warn("fault: {} fires on rank {} at event {}{}{}: {} (injected by {})", e.site, rank(),
+               event, context.empty() ? "" : " in ", context, what, e.origin);
   spdlog::default_logger()->flush();
 }
 
@@ -155,6 +162,15 @@ bool ends_with(const std::string& s, const char* suffix) {
 }  // namespace
 
 void set_rank(int r) { g_rank.store(r, std::memory_order_relaxed); }
+
+void set_configured(const std::string& entries, const std::string& origin) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.configured = trim(entries);
+  s.configured_origin = origin;
+  parse_locked(s);
+  FNVLP_CHECK(s.error.empty(), s.error);
+}
 
 void reload() {
   State& s = state();
@@ -193,24 +209,24 @@ bool point(const char* site, int64_t event, const std::string& context) {
   if (!fired) return false;
   const std::string name = site;
   if (ends_with(name, ".kill")) {
-    announce(site, event, context, "SIGKILL of this process");
+    announce(hit, event, context, "SIGKILL of this process");
     ::kill(::getpid(), SIGKILL);
     std::this_thread::sleep_for(std::chrono::seconds(60));  // the signal is asynchronous
     std::_Exit(137);
   }
   if (ends_with(name, ".sleep")) {
     const double seconds = hit.arg >= 0 ? hit.arg : 3600;
-    announce(site, event, context, ("stalling for " + std::to_string(seconds) + " s").c_str());
+    announce(hit, event, context, ("stalling for " + std::to_string(seconds) + " s").c_str());
     std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
     return true;
   }
   if (ends_with(name, ".write")) {
-    announce(site, event, context, "write failure");
+    announce(hit, event, context, "write failure");
     FNVLP_FAIL("cannot write '" << context << "': " << std::strerror(ENOSPC) << " (injected by "
-                                << kEnvVar << " at " << site << ", event " << event << ")");
+                                << hit.origin << " at " << site << ", event " << event << ")");
   }
   if (ends_with(name, ".oom")) {
-    announce(site, event, context, "out of memory");
+    announce(hit, event, context, "out of memory");
     std::function<void()> action;
     {
       State& s = state();
@@ -221,12 +237,12 @@ bool point(const char* site, int64_t event, const std::string& context) {
     throw std::bad_alloc();
   }
   if (ends_with(name, ".throw") || ends_with(name, ".read")) {
-    announce(site, event, context, "failure");
+    announce(hit, event, context, "failure");
     FNVLP_FAIL((name == "shard.read" ? "read error in " : "injected failure at ")
                << (context.empty() ? "" : context + ", ") << site << " event " << event
-               << " on rank " << rank() << " (injected by " << kEnvVar << ")");
+               << " on rank " << rank() << " (injected by " << hit.origin << ")");
   }
-  announce(site, event, context, "the caller acts");
+  announce(hit, event, context, "the caller acts");
   return true;
 }
 

@@ -26,6 +26,8 @@
 //                     does what set_out_of_memory() installed (train/device.cpp, on a CUDA
 //                     device: an allocation larger than the device, CUDA's own out-of-memory)
 //   step.nan          the caller makes this step's loss NaN
+//   step.stop         the caller raises SIGUSR1 after the step (a preemption: checkpoint, exit 3)
+//   step.export       the caller raises SIGUSR2 after the step (an embedding export on demand)
 //   shard.read        throws an I/O error naming the shard file and dataset at an image read
 //   startup.sleep     sleeps ARG seconds in the trainer's start-up (after the shards are opened)
 //   export.sleep      sleeps ARG seconds in an embedding export (event: the epoch)
@@ -36,6 +38,8 @@
 //                     fnvlp-shard, -eval, -simstat; event: the process's count of reports)
 // An unknown site or a malformed entry throws fnvlp::Error naming FNVLP_FAULT at the first point()
 // (a typo must not silently test nothing).
+// A configuration may add entries of its own (set_configured: fnvlp-pretrain's fault.* settings),
+// so the call sites are the one mechanism and messages name where an entry came from.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -61,6 +65,11 @@ void set_out_of_memory(std::function<void()> fn);
 
 // True when FNVLP_FAULT is set and non-empty (parsed at first use).
 bool enabled();
+
+// Entries in the grammar above from another source than FNVLP_FAULT, `origin` naming it in the
+// messages; they replace the previous configured ones and join FNVLP_FAULT's. Throws
+// fnvlp::Error on a malformed entry.
+void set_configured(const std::string& entries, const std::string& origin);
 
 // Re-reads FNVLP_FAULT (tests that change the variable in-process); resets the call counters.
 void reload();

@@ -118,7 +118,7 @@ struct TrainConfig {
       // ATen/cuDNN algorithms and cuBLAS workspaces (train/device.hpp), at a cost in throughput
       // there (tests/bench/README.md)
       (bool, deterministic, true),
-      // libtorch intra-op threads per rank (DESIGN.md §5)
+      // libtorch intra-op threads per rank (ARCHITECTURE.md §13)
       (int64_t, threads, 1, config::at_least(1)),
       // auto: cuda when every rank sees a GPU (one per node-local rank), else cpu (train/device.hpp)
       (DeviceKind, device, DeviceKind::kAuto),
@@ -145,7 +145,8 @@ struct TrainConfig {
 };
 
 // Fault injection for the tests of preemption, non-finite steps and failures (tests/fault,
-// tests/integration): each knob acts at one step; -1 is off.
+// tests/integration): each knob acts at one step; -1 is off. The trainer turns them into entries
+// of core/fault.hpp's sites (step.nan, step.throw, step.stop, step.export), the one mechanism.
 struct FaultConfig {
   // clang-format off
   FNVLP_CONFIG_FIELDS(

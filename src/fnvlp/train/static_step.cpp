@@ -150,10 +150,7 @@ StaticInputs& Trainer::stage_static_inputs(const data::Batch& batch, const data:
   in.lr.fill_(last_lr_);
   in.soft_weight.fill_(cfg_.loss.soft_weight *
                        (ramp > 0 ? std::min(1.0, static_cast<double>(step_) / ramp) : 1.0));
-  const bool injected = fault::point("step.nan", step_);
-  const bool nan =
-      injected || (step_ == cfg_.fault.nonfinite_step && comm_.rank() == cfg_.fault.nonfinite_rank);
-  in.inject.fill_(nan ? std::numeric_limits<double>::quiet_NaN() : 1.0);
+  in.inject.fill_(fault::point("step.nan", step_) ? std::numeric_limits<double>::quiet_NaN() : 1.0);
   return in;
 }
 

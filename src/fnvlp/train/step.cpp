@@ -62,8 +62,6 @@ StepLosses Trainer::train_step(const data::Batch& host_batch) {
   StepLosses out{v[0], v[1], v[2], v[3], {}};
   for (size_t i = 0; i < extra.size(); ++i) out.extra.emplace_back(extra[i].name, v[4 + i]);
   clock_.lap(StepClock::kForward);
-  if (step_ == cfg_.fault.nonfinite_step && comm_.rank() == cfg_.fault.nonfinite_rank)
-    out.total = std::nan("");
   if (fault::point("step.nan", step_)) out.total = std::nan("");
   // Every rank takes the same decision: a NaN on one rank would otherwise poison the
   // averaged gradient of all.
@@ -101,9 +99,7 @@ void Trainer::begin_step(const data::Batch& batch) {
   for (auto& group : optimizer_->param_groups())
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(last_lr_);
   negatives::seed_dropout(seed(), step_, comm_.rank());  // dropout draws: exact resumes
-  FNVLP_CHECK(!(step_ == cfg_.fault.throw_step && comm_.rank() == cfg_.fault.throw_rank),
-              "injected failure at step " << step_ << " (fault.throw_step)");
-  fault::at_step(step_);  // FNVLP_FAULT step.kill / step.sleep / step.throw (core/fault.hpp)
+  fault::at_step(step_);  // step.kill / step.sleep / step.throw / step.oom (core/fault.hpp)
   FNVLP_CHECK(batch.prepared.defined() && batch.prepared_for == step_,
               "batch augmented for step " << batch.prepared_for << " arrived at step " << step_);
 }

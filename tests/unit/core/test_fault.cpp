@@ -20,6 +20,7 @@ class FaultEnv : public ::testing::Test {
   }
   void TearDown() override {
     ::unsetenv(fault::kEnvVar);
+    fault::set_configured("", "test");
     fault::set_rank(0);
     fault::reload();
   }
@@ -102,6 +103,30 @@ TEST_F(FaultEnv, MalformedSpecificationsAreErrors) {
     set(bad);
     EXPECT_THROW(fault::point("step.nan", 1), Error) << bad;
   }
+}
+
+// The configuration's knobs (fnvlp-pretrain's fault.*) go through the same sites: they fire beside
+// FNVLP_FAULT's, survive a reload of the variable, name their origin, and a bad one is an error.
+TEST_F(FaultEnv, ConfiguredEntriesJoinTheVariablesAndNameTheirOrigin) {
+  set("step.nan:2");
+  fault::set_configured("step.throw:4:0,step.stop:6:0", "fault.* of the test");
+  EXPECT_TRUE(fault::point("step.nan", 2));
+  EXPECT_TRUE(fault::point("step.stop", 6));
+  EXPECT_FALSE(fault::point("step.stop", 5));
+  fault::reload();  // a test changing FNVLP_FAULT keeps the configured entries
+  try {
+    fault::at_step(4);
+    FAIL() << "the configured step.throw did not fire";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("step.throw event 4 on rank 0 (injected by fault.* of "
+                                         "the test)"),
+              std::string::npos)
+        << e.what();
+  }
+  fault::set_configured("", "test");
+  EXPECT_TRUE(fault::point("step.nan", 2));  // FNVLP_FAULT's own entry stays
+  EXPECT_FALSE(fault::point("step.stop", 6));
+  EXPECT_THROW(fault::set_configured("step.stop:x", "fault.* of the test"), Error);
 }
 
 }  // namespace
