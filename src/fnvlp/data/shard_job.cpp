@@ -183,10 +183,11 @@ void write_local_shard(const ShardJobOptions& o, const ImageFileLimits& limits,
   shard.num_images = next_row;
 }
 
-}  // namespace
+void remove_tmp_files(const LocalWork& work) {
+  for (const auto& s : work.shards) fs::remove(s.tmp);
+}
 
-ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
-  PhaseTimer timer;
+void check_options(const ShardJobOptions& o) {
   FNVLP_CHECK(!o.input.empty() && !o.vocab.empty() && !o.out.empty(),
               "--input, --vocab and --out are required");
   FNVLP_CHECK(o.image_size >= 8 && o.image_size <= 4096, "--image-size must be in [8, 4096]");
@@ -197,9 +198,10 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
   FNVLP_CHECK(o.max_reject_fraction >= 0 && o.max_reject_fraction <= 1,
               "--max-reject-fraction must be in [0, 1]");
   FNVLP_CHECK(o.split.empty() == o.split_file.empty(), "--split-file and --split go together");
-  const InputFormat format = parse_input_format(o.format);
-  const fs::path out(o.out);
-  // Images must resolve inside the image root (the working directory when none is given).
+}
+
+// Images must resolve inside the image root (the working directory when none is given).
+ImageFileLimits image_limits(const Comm& comm, const ShardJobOptions& o) {
   ImageFileLimits limits;
   limits.max_bytes = o.max_image_bytes;
   comm.collective([&] {
@@ -207,8 +209,11 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
     FNVLP_CHECK(fs::is_directory(root), "--image-root " << root.string() << " is not a directory");
     if (!o.allow_outside_root) limits.root = fs::canonical(root).string();
   });
+  return limits;
+}
 
-  // A previous run's outputs are removed first, so nothing stale can pass --verify.
+// A previous run's outputs are removed first, so nothing stale can pass --verify.
+void remove_previous_outputs(const Comm& comm, const fs::path& out) {
   comm.collective([&] {
     if (!comm.is_root()) return;
     fs::create_directories(out);
@@ -216,8 +221,11 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
       if (entry.is_regular_file() && is_fnvlp_output(entry.path().filename().string()))
         fs::remove(entry.path());
   });
+}
 
-  std::optional<WordPieceTokenizer> tok;
+// Every rank reads the vocabulary and the whole input (records are small; images are not read).
+IngestResult read_inputs(const Comm& comm, const ShardJobOptions& o, InputFormat format,
+                         std::optional<WordPieceTokenizer>& tok) {
   IngestResult in;
   comm.collective([&] {
     tok = WordPieceTokenizer::from_file(o.vocab);
@@ -227,125 +235,150 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
     if (!o.split.empty()) split = read_split_ids(o.split_file, o.split);
     in = read_input(o.input, format, o.image_root, split);
   });
-  timer.mark("read input");
-  const auto& entries = in.records;
-  const std::vector<Range> plan = plan_shards(entries, static_cast<size_t>(o.shard_size));
-  if (comm.is_root())
-    spdlog::info(
-        "fnvlp-shard: {} records ({} outside the split, {} rejected while reading), {} "
-        "captions in {} shards over {} ranks",
-        in.total_records, in.filtered_by_split, in.rejects.size(), entries.size(), plan.size(),
-        comm.size());
+  return in;
+}
 
+// Rank r writes planned shards r, r + size, ... to temporary files (removed if it fails).
+LocalWork write_local_shards(const Comm& comm, const ShardJobOptions& o,
+                             const ImageFileLimits& limits, const WordPieceTokenizer& tok,
+                             const std::vector<InputRecord>& entries,
+                             const std::vector<Range>& plan, const fs::path& out) {
   LocalWork work;
-  auto remove_tmp = [&] {
-    for (const auto& s : work.shards) fs::remove(s.tmp);
-  };
   comm.collective([&] {
     try {
       for (size_t s = static_cast<size_t>(comm.rank()); s < plan.size();
            s += static_cast<size_t>(comm.size())) {
         work.shards.push_back({s, out / tmp_name(s), {}, 0});
-        write_local_shard(o, limits, *tok, entries, plan[s], work.shards.back(), work);
+        write_local_shard(o, limits, tok, entries, plan[s], work.shards.back(), work);
       }
     } catch (...) {
-      remove_tmp();
+      remove_tmp_files(work);
       throw;
     }
   });
+  return work;
+}
 
-  timer.mark("decode+write shards");
-  // Every rank learns every reject, so all agree on which entries survive and on the global ids.
-  std::vector<Reject> rejects = in.rejects;
-  std::vector<uint8_t> accepted(entries.size(), 1);
-  {
-    std::string blob;
-    for (const auto& r : work.rejects) blob += r.to_json_line() + "\n";
-    for (const auto& b : comm.allgather_strings(blob)) {
-      std::istringstream lines(b);
-      for (std::string line; std::getline(lines, line);)
-        rejects.push_back(Reject::from_json_line(line));
-    }
-    for (int64_t e : comm.allgatherv(work.rejected_entries)) accepted[static_cast<size_t>(e)] = 0;
+// Every reject of every rank, sorted, and which entries survive: all ranks agree on both.
+struct RejectTally {
+  std::vector<Reject> rejects;
+  std::vector<uint8_t> accepted;  // per entry
+  std::map<std::string, int64_t> by_reason;
+  int64_t candidates = 0;  // entries plus the records rejected while reading
+};
+
+RejectTally exchange_rejects(const Comm& comm, const IngestResult& in, const LocalWork& work) {
+  RejectTally t;
+  t.rejects = in.rejects;
+  t.accepted.assign(in.records.size(), 1);
+  std::string blob;
+  for (const auto& r : work.rejects) blob += r.to_json_line() + "\n";
+  for (const auto& b : comm.allgather_strings(blob)) {
+    std::istringstream lines(b);
+    for (std::string line; std::getline(lines, line);)
+      t.rejects.push_back(Reject::from_json_line(line));
   }
-  std::sort(rejects.begin(), rejects.end(), [](const Reject& a, const Reject& b) {
+  for (int64_t e : comm.allgatherv(work.rejected_entries)) t.accepted[static_cast<size_t>(e)] = 0;
+  std::sort(t.rejects.begin(), t.rejects.end(), [](const Reject& a, const Reject& b) {
     return std::tie(a.record, a.reason, a.source) < std::tie(b.record, b.reason, b.source);
   });
   // Image failures are reported once per caption entry; rejects.jsonl keeps one line per entry.
-  std::map<std::string, int64_t> by_reason;
-  for (const auto& r : rejects) ++by_reason[r.reason];
-  const int64_t candidates = static_cast<int64_t>(entries.size() + in.rejects.size());
-  const int64_t n_rejects = static_cast<int64_t>(rejects.size());
+  for (const auto& r : t.rejects) ++t.by_reason[r.reason];
+  t.candidates = static_cast<int64_t>(in.records.size() + in.rejects.size());
+  return t;
+}
 
-  auto write_rejects = [&] {
-    if (!comm.is_root()) return;
-    std::ofstream f(out / kRejectsName);
-    for (const auto& r : rejects) f << r.to_json_line() << "\n";
-    f.flush();
-    FNVLP_CHECK(f.good(), "cannot write " << (out / kRejectsName).string());
-  };
+void write_rejects(const Comm& comm, const RejectTally& t, const fs::path& out) {
+  if (!comm.is_root()) return;
+  std::ofstream f(out / kRejectsName);
+  for (const auto& r : t.rejects) f << r.to_json_line() << "\n";
+  f.flush();
+  FNVLP_CHECK(f.good(), "cannot write " << (out / kRejectsName).string());
+}
 
-  const double fraction = candidates > 0 ? static_cast<double>(n_rejects) / candidates : 0.0;
-  if (candidates == 0 || n_rejects == candidates || fraction > o.max_reject_fraction) {
-    remove_tmp();
-    comm.collective(write_rejects);
-    std::vector<std::pair<int64_t, std::string>> worst;
-    for (const auto& [reason, n] : by_reason) worst.push_back({n, reason});
-    std::sort(worst.rbegin(), worst.rend());
-    std::ostringstream msg;
-    msg << o.input << ": " << n_rejects << " of " << candidates << " inputs rejected ("
-        << 100.0 * fraction << "% > --max-reject-fraction " << 100.0 * o.max_reject_fraction
-        << "%); worst reasons:";
-    for (size_t i = 0; i < worst.size() && i < 3; ++i) {
-      const auto& reason = worst[i].second;
-      const auto ex = std::find_if(rejects.begin(), rejects.end(),
-                                   [&](const Reject& r) { return r.reason == reason; });
-      msg << " " << reason << " x" << worst[i].first << " (e.g. record " << ex->record << ": "
-          << (ex->detail.find(ex->source) == std::string::npos ? ex->source + ": " : "")
-          << ex->detail << ");";
-    }
-    msg << " details in " << (out / kRejectsName).string() << "; no dataset was written";
-    throw CollectiveError(msg.str());
+// Too many rejects: nothing is written but rejects.jsonl, and the error names the three most
+// frequent reasons with an example record each.
+void refuse_if_too_many_rejects(const Comm& comm, const ShardJobOptions& o, const RejectTally& t,
+                                const LocalWork& work, const fs::path& out) {
+  const auto n_rejects = static_cast<int64_t>(t.rejects.size());
+  const double fraction = t.candidates > 0 ? static_cast<double>(n_rejects) / t.candidates : 0.0;
+  if (t.candidates > 0 && n_rejects < t.candidates && fraction <= o.max_reject_fraction) return;
+  remove_tmp_files(work);
+  comm.collective([&] { write_rejects(comm, t, out); });
+  std::vector<std::pair<int64_t, std::string>> worst;
+  for (const auto& [reason, n] : t.by_reason) worst.push_back({n, reason});
+  std::sort(worst.rbegin(), worst.rend());
+  std::ostringstream msg;
+  msg << o.input << ": " << n_rejects << " of " << t.candidates << " inputs rejected ("
+      << 100.0 * fraction << "% > --max-reject-fraction " << 100.0 * o.max_reject_fraction
+      << "%); worst reasons:";
+  for (size_t i = 0; i < worst.size() && i < 3; ++i) {
+    const auto& reason = worst[i].second;
+    const auto ex = std::find_if(t.rejects.begin(), t.rejects.end(),
+                                 [&](const Reject& r) { return r.reason == reason; });
+    msg << " " << reason << " x" << worst[i].first << " (e.g. record " << ex->record << ": "
+        << (ex->detail.find(ex->source) == std::string::npos ? ex->source + ": " : "") << ex->detail
+        << ");";
   }
+  msg << " details in " << (out / kRejectsName).string() << "; no dataset was written";
+  throw CollectiveError(msg.str());
+}
 
-  timer.mark("exchange rejects");
-  // Global ids: pair_id dense in input order over accepted entries; image_id dense per distinct
-  // image in order of its first accepted caption.
-  std::vector<int64_t> pair_id(entries.size(), -1), image_id(entries.size(), -1);
+// Global ids: pair_id dense in input order over accepted entries; image_id dense per distinct
+// image in order of its first accepted caption. Final shard numbering skips shards left empty by
+// rejects.
+struct GlobalIds {
+  std::vector<int64_t> pair_id, image_id;  // per entry, -1 where rejected
+  int64_t num_pairs = 0;
+  int64_t num_images = 0;
+  std::vector<int64_t> final_index;  // per planned shard, -1 where empty
+  int64_t num_shards = 0;
+};
+
+GlobalIds assign_global_ids(const std::vector<InputRecord>& entries,
+                            const std::vector<uint8_t>& accepted, const std::vector<Range>& plan) {
+  GlobalIds g;
+  g.pair_id.assign(entries.size(), -1);
+  g.image_id.assign(entries.size(), -1);
   std::unordered_map<std::string, int64_t> image_ids;
-  int64_t next_pair = 0;
   for (size_t e = 0; e < entries.size(); ++e) {
     if (!accepted[e]) continue;
-    pair_id[e] = next_pair++;
-    image_id[e] = image_ids.emplace(entries[e].image_path, static_cast<int64_t>(image_ids.size()))
-                      .first->second;
+    g.pair_id[e] = g.num_pairs++;
+    g.image_id[e] = image_ids.emplace(entries[e].image_path, static_cast<int64_t>(image_ids.size()))
+                        .first->second;
   }
-  // Final shard numbering skips shards left empty by rejects.
-  std::vector<int64_t> final_index(plan.size(), -1);
-  int64_t n_final = 0;
+  g.num_images = static_cast<int64_t>(image_ids.size());
+  g.final_index.assign(plan.size(), -1);
   for (size_t s = 0; s < plan.size(); ++s) {
     bool any = false;
     for (size_t e = plan[s].begin; e < plan[s].end && !any; ++e) any = accepted[e];
-    if (any) final_index[s] = n_final++;
+    if (any) g.final_index[s] = g.num_shards++;
   }
+  return g;
+}
 
+// Each rank adds the global ids to its shards, checksums them and moves them to their final
+// names; every rank learns every shard's manifest entry, in pair order.
+std::vector<ManifestShard> finish_shards(const Comm& comm, const ShardJobOptions& o,
+                                         const LocalWork& work, const GlobalIds& g,
+                                         const fs::path& out) {
   std::vector<ManifestShard> shards;
   comm.collective([&] {
     // HDF5 here is not built thread-safe: ids are added on this thread, checksums run in parallel.
     std::vector<ManifestShard> done(work.shards.size());
     for (size_t k = 0; k < work.shards.size(); ++k) {
       const LocalShard& ls = work.shards[k];
-      if (final_index[ls.plan_index] < 0) {
+      if (g.final_index[ls.plan_index] < 0) {
         fs::remove(ls.tmp);
         continue;
       }
       std::vector<int64_t> pids, iids;
       for (size_t e : ls.kept) {
-        pids.push_back(pair_id[e]);
-        iids.push_back(image_id[e]);
+        pids.push_back(g.pair_id[e]);
+        iids.push_back(g.image_id[e]);
       }
       ShardWriter::add_global_ids(ls.tmp.string(), pids, iids);
-      done[k] = {final_name(static_cast<size_t>(final_index[ls.plan_index])),
+      done[k] = {final_name(static_cast<size_t>(g.final_index[ls.plan_index])),
                  pids.front(),
                  static_cast<int64_t>(pids.size()),
                  ls.num_images,
@@ -375,48 +408,84 @@ ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
   });
   std::sort(shards.begin(), shards.end(),
             [](const auto& a, const auto& b) { return a.first_pair_id < b.first_pair_id; });
+  return shards;
+}
 
+Manifest make_manifest(const ShardJobOptions& o, const WordPieceTokenizer& tok,
+                       const IngestResult& in, const RejectTally& t, const GlobalIds& g,
+                       std::vector<ManifestShard> shards) {
+  Manifest m;
+  m.created_by = std::string("fnvlp-shard ") + kVersion + " (" + kGitCommit + ")";
+  m.created_at = utc_now_iso8601();
+  m.image_size = o.image_size;
+  m.max_len = o.max_len;
+  m.vocab_path = fs::absolute(o.vocab).string();
+  m.vocab_sha256 = tok.vocab_sha256();
+  m.vocab_size = static_cast<int64_t>(tok.size());
+  m.special_tokens = tok.special_tokens();
+  m.num_pairs = g.num_pairs;
+  m.num_images = g.num_images;
+  m.records_total = in.total_records;
+  m.records_filtered_by_split = in.filtered_by_split;
+  m.rejects_total = static_cast<int64_t>(t.rejects.size());
+  m.rejects_by_reason = t.by_reason;
+  m.source = {{"input", fs::absolute(o.input).string()},
+              {"format", o.format},
+              {"image_root", o.image_root.empty() ? "" : fs::absolute(o.image_root).string()},
+              {"split_file", o.split_file},
+              {"split", o.split},
+              {"shard_size", o.shard_size},
+              {"image_chunk", o.image_chunk},
+              {"max_image_bytes", o.max_image_bytes},
+              {"allow_outside_root", o.allow_outside_root},
+              {"max_reject_fraction", o.max_reject_fraction}};
+  m.shards = std::move(shards);
+  return m;
+}
+
+}  // namespace
+
+ShardJobResult run_shard_job(const Comm& comm, const ShardJobOptions& o) {
+  PhaseTimer timer;
+  check_options(o);
+  const InputFormat format = parse_input_format(o.format);
+  const fs::path out(o.out);
+  const ImageFileLimits limits = image_limits(comm, o);
+  remove_previous_outputs(comm, out);
+  std::optional<WordPieceTokenizer> tok;
+  const IngestResult in = read_inputs(comm, o, format, tok);
+  timer.mark("read input");
+  const auto& entries = in.records;
+  const std::vector<Range> plan = plan_shards(entries, static_cast<size_t>(o.shard_size));
+  if (comm.is_root())
+    spdlog::info(
+        "fnvlp-shard: {} records ({} outside the split, {} rejected while reading), {} "
+        "captions in {} shards over {} ranks",
+        in.total_records, in.filtered_by_split, in.rejects.size(), entries.size(), plan.size(),
+        comm.size());
+
+  const LocalWork work = write_local_shards(comm, o, limits, *tok, entries, plan, out);
+  timer.mark("decode+write shards");
+  const RejectTally tally = exchange_rejects(comm, in, work);
+  refuse_if_too_many_rejects(comm, o, tally, work, out);
+  timer.mark("exchange rejects");
+
+  const GlobalIds ids = assign_global_ids(entries, tally.accepted, plan);
+  std::vector<ManifestShard> shards = finish_shards(comm, o, work, ids, out);
   timer.mark("ids+checksums");
   // The manifest is the commit point: written last, by rank 0, after every shard is in place.
   comm.collective([&] {
-    write_rejects();
-    if (!comm.is_root()) return;
-    Manifest m;
-    m.created_by = std::string("fnvlp-shard ") + kVersion + " (" + kGitCommit + ")";
-    m.created_at = utc_now_iso8601();
-    m.image_size = o.image_size;
-    m.max_len = o.max_len;
-    m.vocab_path = fs::absolute(o.vocab).string();
-    m.vocab_sha256 = tok->vocab_sha256();
-    m.vocab_size = static_cast<int64_t>(tok->size());
-    m.special_tokens = tok->special_tokens();
-    m.num_pairs = next_pair;
-    m.num_images = static_cast<int64_t>(image_ids.size());
-    m.records_total = in.total_records;
-    m.records_filtered_by_split = in.filtered_by_split;
-    m.rejects_total = n_rejects;
-    m.rejects_by_reason = by_reason;
-    m.source = {{"input", fs::absolute(o.input).string()},
-                {"format", o.format},
-                {"image_root", o.image_root.empty() ? "" : fs::absolute(o.image_root).string()},
-                {"split_file", o.split_file},
-                {"split", o.split},
-                {"shard_size", o.shard_size},
-                {"image_chunk", o.image_chunk},
-                {"max_image_bytes", o.max_image_bytes},
-                {"allow_outside_root", o.allow_outside_root},
-                {"max_reject_fraction", o.max_reject_fraction}};
-    m.shards = shards;
-    m.save(o.out);
+    write_rejects(comm, tally, out);
+    if (comm.is_root()) make_manifest(o, *tok, in, tally, ids, std::move(shards)).save(o.out);
   });
 
   timer.mark("manifest");
   ShardJobResult r;
   r.phases = timer.summary();
-  r.num_pairs = next_pair;
-  r.num_images = static_cast<int64_t>(image_ids.size());
-  r.num_shards = n_final;
-  r.rejects = n_rejects;
+  r.num_pairs = ids.num_pairs;
+  r.num_images = ids.num_images;
+  r.num_shards = ids.num_shards;
+  r.rejects = static_cast<int64_t>(tally.rejects.size());
   r.images_decoded = comm.allreduce_sum(work.images_decoded);
   r.seconds = timer.total();
   return r;
