@@ -534,7 +534,9 @@ std::string summary_html(const json& report) {
 
 }  // namespace
 
-json build_report(const Options& opt) {
+namespace {
+
+void check_options(const Options& opt) {
   FNVLP_CHECK(!opt.out_dir.empty(), "--out is required");
   FNVLP_CHECK(!opt.run_dir.empty() || !opt.campaign_dir.empty(),
               "give --run RUN_DIR and/or --campaign DIR");
@@ -544,83 +546,169 @@ json build_report(const Options& opt) {
                                                         << " with matplotlib (Debian: apt-get "
                                                            "install python3 python3-matplotlib)");
   FNVLP_CHECK(fs::exists(opt.plots_script), "plot script " << opt.plots_script << " not found");
-  const fs::path out(opt.out_dir), data = out / "data";
-  fs::create_directories(data);
-  json report, plots = json::array(), notes = json::array();
-  std::vector<std::pair<std::string, std::string>> figures;  // file, caption
+}
 
-  if (!opt.run_dir.empty()) {
-    const fs::path run(opt.run_dir);
-    const auto rows = read_metrics(run / "metrics.jsonl");
-    report["run"] = {{"dir", opt.run_dir}, {"records", rows.size()}};
-    if (fs::exists(run / "summary.json")) {
-      try {
-        report["run"]["summary"] = json::parse(std::ifstream(run / "summary.json"));
-      } catch (const std::exception& e) {
-        FNVLP_FAIL((run / "summary.json").string() << ": not JSON: " << e.what());
-      }
+// The run's section (metrics.jsonl, summary.json, config) and its series plots; with --stats, the
+// false-negative identification section.
+void add_run(const Options& opt, const fs::path& data, json& report, json& plots, json& notes) {
+  const fs::path run(opt.run_dir);
+  const auto rows = read_metrics(run / "metrics.jsonl");
+  report["run"] = {{"dir", opt.run_dir}, {"records", rows.size()}};
+  if (fs::exists(run / "summary.json")) {
+    try {
+      report["run"]["summary"] = json::parse(std::ifstream(run / "summary.json"));
+    } catch (const std::exception& e) {
+      FNVLP_FAIL((run / "summary.json").string() << ": not JSON: " << e.what());
     }
-    const double alpha = config_alpha(run);
-    if (std::isfinite(alpha)) report["run"]["alpha"] = alpha;
-    json last;
-    for (const auto& r : rows)
-      for (auto it = r.begin(); it != r.end(); ++it) last[it.key()] = it.value();
-    report["run"]["last"] = last;
-    report["run"]["facts"] = run_facts(run, rows, report["run"].value("summary", json::object()));
-    for (const auto& sp : kSeries) {
-      const std::string csv =
-          std::string(sp.file).substr(0, std::string(sp.file).size() - 4) + ".csv";
-      const auto present = write_series_csv(rows, sp.keys, data / csv);
-      if (present.empty()) {
-        notes.push_back(std::string(sp.file) + ": skipped, metrics.jsonl has none of the keys");
-        continue;
-      }
-      size_t points = 0;
-      for (const auto& k : present)
-        points =
-            std::max<size_t>(points, std::count_if(rows.begin(), rows.end(), [&](const json& r) {
-                               return std::isfinite(number_or_nan(r, k));
-                             }));
-      if (points < 2) {
-        notes.push_back(std::string(sp.file) + ": skipped, a single logged point");
-        continue;
-      }
-      json p = {{"file", sp.file}, {"kind", "lines"},   {"csv", csv},       {"x", "step"},
-                {"y", present},    {"title", sp.title}, {"xlabel", "step"}, {"ylabel", sp.ylabel}};
-      if (sp.alpha_line && std::isfinite(alpha)) p["hline"] = {{"y", alpha}, {"label", "alpha"}};
-      plots.push_back(p);
+  }
+  const double alpha = config_alpha(run);
+  if (std::isfinite(alpha)) report["run"]["alpha"] = alpha;
+  json last;
+  for (const auto& r : rows)
+    for (auto it = r.begin(); it != r.end(); ++it) last[it.key()] = it.value();
+  report["run"]["last"] = last;
+  report["run"]["facts"] = run_facts(run, rows, report["run"].value("summary", json::object()));
+  for (const auto& sp : kSeries) {
+    const std::string csv =
+        std::string(sp.file).substr(0, std::string(sp.file).size() - 4) + ".csv";
+    const auto present = write_series_csv(rows, sp.keys, data / csv);
+    if (present.empty()) {
+      notes.push_back(std::string(sp.file) + ": skipped, metrics.jsonl has none of the keys");
+      continue;
     }
-    if (!opt.stats.empty())
-      report["stats"] = stats_section(opt.stats, store::newest_epoch_embeddings(run.string()), data,
-                                      plots, notes);
+    size_t points = 0;
+    for (const auto& k : present)
+      points = std::max<size_t>(points, std::count_if(rows.begin(), rows.end(), [&](const json& r) {
+                                  return std::isfinite(number_or_nan(r, k));
+                                }));
+    if (points < 2) {
+      notes.push_back(std::string(sp.file) + ": skipped, a single logged point");
+      continue;
+    }
+    json p = {{"file", sp.file}, {"kind", "lines"},   {"csv", csv},       {"x", "step"},
+              {"y", present},    {"title", sp.title}, {"xlabel", "step"}, {"ylabel", sp.ylabel}};
+    if (sp.alpha_line && std::isfinite(alpha)) p["hline"] = {{"y", alpha}, {"label", "alpha"}};
+    plots.push_back(p);
   }
-  if (!opt.campaign_dir.empty()) {
-    report["campaign"] = campaign_table(opt.campaign_dir);
-    report["claims"] = claims_section(opt, data, plots);
-  }
-  if (const json note = horizon_note(opt); !note.is_null()) report["horizon"] = note;
+  if (!opt.stats.empty())
+    report["stats"] =
+        stats_section(opt.stats, store::newest_epoch_embeddings(run.string()), data, plots, notes);
+}
 
-  // Render: plots.py reads data/plots.json and writes the PNGs into REPORT_DIR.
+// plots.py reads data/plots.json and writes the PNGs into the report directory. Returns the
+// figures of the "Plots" section (file, caption): those not shown under their claim.
+std::vector<std::pair<std::string, std::string>> render_plots(const Options& opt,
+                                                              const fs::path& out,
+                                                              const fs::path& data,
+                                                              const json& plots) {
+  std::vector<std::pair<std::string, std::string>> figures;
   write_file(data / "plots.json",
              json({{"out", out.string()}, {"data", data.string()}, {"plots", plots}}).dump(2));
-  if (!plots.empty()) {
-    const std::string cmd =
-        "'" + opt.python + "' '" + opt.plots_script + "' '" + (data / "plots.json").string() + "'";
-    const int rc = std::system(cmd.c_str());
-    FNVLP_CHECK(rc == 0, "plotting failed (exit " << rc << "): " << cmd
-                                                  << " (needs Debian's python3-matplotlib)");
-    for (const auto& p : plots) {
-      FNVLP_CHECK(fs::exists(out / p["file"].get<std::string>()),
-                  "plots.py did not write " << (out / p["file"].get<std::string>()).string());
-      if (!p.contains("claim"))  // shown in their claim's section
-        figures.emplace_back(p["file"].get<std::string>(), p["title"].get<std::string>());
-    }
+  if (plots.empty()) return figures;
+  const std::string cmd =
+      "'" + opt.python + "' '" + opt.plots_script + "' '" + (data / "plots.json").string() + "'";
+  const int rc = std::system(cmd.c_str());
+  FNVLP_CHECK(rc == 0, "plotting failed (exit " << rc << "): " << cmd
+                                                << " (needs Debian's python3-matplotlib)");
+  for (const auto& p : plots) {
+    FNVLP_CHECK(fs::exists(out / p["file"].get<std::string>()),
+                "plots.py did not write " << (out / p["file"].get<std::string>()).string());
+    if (!p.contains("claim"))
+      figures.emplace_back(p["file"].get<std::string>(), p["title"].get<std::string>());
   }
-  report["plots"] = plots;
-  report["notes"] = notes;
-  write_file(out / "report.json", report.dump(2) + "\n");
+  return figures;
+}
 
-  // report.html: self-contained apart from the PNGs next to it (relative links).
+void stats_html(std::ostream& h, const json& s) {
+  h << "<h2>False-negative identification (STATS.h5, alpha " << s["alpha"]
+    << ")</h2>\n<table><tr><th>anchors</th><th>method</th><th>flagged</th><th>precision</th>"
+       "<th>recall</th><th>F1</th><th>mean |threshold error|</th></tr>\n";
+  for (const char* m : {"image", "text"})
+    for (const char* method : {"exact", "glofnd", "fnc"}) {
+      if (!s[m].contains(method) || !s[m][method].contains("precision")) continue;
+      const json& r = s[m][method];
+      h << "<tr><td>" << m << "</td><td>" << method << "</td><td>" << r["flagged"] << "</td><td>"
+        << fmt(r["precision"]) << "</td><td>" << fmt(r["recall"]) << "</td><td>" << fmt(r["f1"])
+        << "</td><td>"
+        << (r.contains("mean_abs_error") ? fmt(r["mean_abs_error"].get<double>()) : "-")
+        << "</td></tr>\n";
+    }
+  h << "</table>\n";
+}
+
+void claims_html(std::ostream& h, const json& report) {
+  h << "<h2>The papers' false-negative claims</h2>\n<p>Each verdict is judged seed by seed: "
+       "held when every seed's value lies on the claimed side of every seed's value of the "
+       "other method, not held when every one lies on the other side, otherwise "
+       "inconclusive at this spread.</p>\n";
+  for (const auto& [cid, c] : report["claims"]["claims"].items()) {
+    h << "<h3>(" << html_escape(cid) << ") " << html_escape(c["claim"].get<std::string>())
+      << "</h3>\n<p><b>Verdict: " << html_escape(c["verdict"].get<std::string>()) << "</b>";
+    if (c.contains("horizon"))
+      h << "; judged at every epoch: " << html_escape(c["horizon"]["verdict"].get<std::string>());
+    h << "</p>\n";
+    if ((cid == "a" || cid == "b") && report.contains("horizon"))
+      h << "<p>" << horizon_html(report["horizon"]) << "</p>\n";
+    if (const json table = c.value("table", json::array()); !table.empty()) {
+      h << "<table><tr><th>quantity</th><th>mean &plusmn; std</th><th>per seed</th></tr>\n";
+      for (const auto& t : table) {
+        std::string seeds;
+        for (const auto& [s, v] : t["seeds"].items())
+          seeds += (seeds.empty() ? "" : ", ") + ("s" + s + " " + fmt(v.get<double>()));
+        h << "<tr><td style=\"text-align:left\">" << html_escape(t["quantity"].get<std::string>())
+          << "</td><td>" << fmt(t["mean"].get<double>()) << " &plusmn; "
+          << fmt(t["std"].get<double>()) << "</td><td>" << seeds << "</td></tr>\n";
+      }
+      h << "</table>\n";
+    }
+    if (c.contains("plot"))
+      h << "<img src=\"" << html_escape(c["plot"]["file"].get<std::string>()) << "\" alt=\""
+        << html_escape(c["plot"]["title"].get<std::string>()) << "\">\n";
+  }
+}
+
+void campaign_html(std::ostream& h, const json& c) {
+  const std::vector<std::string> keys = {"txt_r1", "txt_r5",  "txt_r10", "img_r1",
+                                         "img_r5", "img_r10", "r_mean"};
+  h << "<h2>Campaign retrieval (mean &plusmn; std over seeds)</h2>\n<table><tr><th>method</th>"
+       "<th>seeds</th>";
+  for (const auto& k : keys) h << "<th>" << k << "</th>";
+  h << "</tr>\n";
+  for (const auto& row : c["methods"]) {
+    h << "<tr><td>" << html_escape(row["method"].get<std::string>()) << "</td><td>"
+      << row["seeds"].size() << "</td>";
+    for (const auto& k : keys)
+      h << "<td>"
+        << (row.contains(k) ? fmt(row[k]["mean"], 2) + " &plusmn; " + fmt(row[k]["std"], 2) : "-")
+        << "</td>";
+    h << "</tr>\n";
+  }
+  h << "</table>\n";
+  if (!c.value("missing_eval", json::array()).empty())
+    h << "<p>Tasks without eval.json: " << html_escape(c["missing_eval"].dump()) << "</p>\n";
+}
+
+// One row per metric (nested ones such as phase_ms flattened): a laptop window holds it.
+void last_metrics_html(std::ostream& h, const json& last) {
+  h << "<h2>Last logged value of every metric</h2>\n<table><tr><th>metric</th><th>value</th>"
+       "</tr>\n";
+  for (const auto& [k, v] : last.items()) {
+    if (v.is_number())
+      h << "<tr><td style=\"text-align:left\">" << html_escape(k) << "</td><td>"
+        << fmt(v.get<double>()) << "</td></tr>\n";
+    else if (v.is_object())
+      for (const auto& [k2, v2] : v.items())
+        if (v2.is_number())
+          h << "<tr><td style=\"text-align:left\">" << html_escape(k + "." + k2) << "</td><td>"
+            << fmt(v2.get<double>()) << "</td></tr>\n";
+  }
+  h << "</table>\n";
+}
+
+// report.html: self-contained apart from the PNGs next to it (relative links).
+std::string report_html(const Options& opt, const json& report,
+                        const std::vector<std::pair<std::string, std::string>>& figures,
+                        const json& notes) {
   std::ostringstream h;
   h << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>fnvlp report</title>\n"
     << "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:"
@@ -631,102 +719,43 @@ json build_report(const Options& opt) {
       << " metric records.</p>\n"
       << summary_html(report);
   }
-  if (report.contains("stats")) {
-    const json& s = report["stats"];
-    h << "<h2>False-negative identification (STATS.h5, alpha " << s["alpha"]
-      << ")</h2>\n<table><tr><th>anchors</th><th>method</th><th>flagged</th><th>precision</th>"
-         "<th>recall</th><th>F1</th><th>mean |threshold error|</th></tr>\n";
-    for (const char* m : {"image", "text"})
-      for (const char* method : {"exact", "glofnd", "fnc"}) {
-        if (!s[m].contains(method) || !s[m][method].contains("precision")) continue;
-        const json& r = s[m][method];
-        h << "<tr><td>" << m << "</td><td>" << method << "</td><td>" << r["flagged"] << "</td><td>"
-          << fmt(r["precision"]) << "</td><td>" << fmt(r["recall"]) << "</td><td>" << fmt(r["f1"])
-          << "</td><td>"
-          << (r.contains("mean_abs_error") ? fmt(r["mean_abs_error"].get<double>()) : "-")
-          << "</td></tr>\n";
-      }
-    h << "</table>\n";
-  }
-  if (report.contains("claims")) {
-    h << "<h2>The papers' false-negative claims</h2>\n<p>Each verdict is judged seed by seed: "
-         "held when every seed's value lies on the claimed side of every seed's value of the "
-         "other method, not held when every one lies on the other side, otherwise "
-         "inconclusive at this spread.</p>\n";
-    for (const auto& [cid, c] : report["claims"]["claims"].items()) {
-      h << "<h3>(" << html_escape(cid) << ") " << html_escape(c["claim"].get<std::string>())
-        << "</h3>\n<p><b>Verdict: " << html_escape(c["verdict"].get<std::string>()) << "</b>";
-      if (c.contains("horizon"))
-        h << "; judged at every epoch: " << html_escape(c["horizon"]["verdict"].get<std::string>());
-      h << "</p>\n";
-      if ((cid == "a" || cid == "b") && report.contains("horizon"))
-        h << "<p>" << horizon_html(report["horizon"]) << "</p>\n";
-      if (!c["table"].empty()) {
-        h << "<table><tr><th>quantity</th><th>mean &plusmn; std</th><th>per seed</th></tr>\n";
-        for (const auto& t : c["table"]) {
-          std::string seeds;
-          for (const auto& [s, v] : t["seeds"].items())
-            seeds += (seeds.empty() ? "" : ", ") + ("s" + s + " " + fmt(v.get<double>()));
-          h << "<tr><td style=\"text-align:left\">" << html_escape(t["quantity"].get<std::string>())
-            << "</td><td>" << fmt(t["mean"].get<double>()) << " &plusmn; "
-            << fmt(t["std"].get<double>()) << "</td><td>" << seeds << "</td></tr>\n";
-        }
-        h << "</table>\n";
-      }
-      if (c.contains("plot"))
-        h << "<img src=\"" << html_escape(c["plot"]["file"].get<std::string>()) << "\" alt=\""
-          << html_escape(c["plot"]["title"].get<std::string>()) << "\">\n";
-    }
-  }
-  if (report.contains("campaign")) {
-    const json& c = report["campaign"];
-    const std::vector<std::string> keys = {"txt_r1", "txt_r5",  "txt_r10", "img_r1",
-                                           "img_r5", "img_r10", "r_mean"};
-    h << "<h2>Campaign retrieval (mean &plusmn; std over seeds)</h2>\n<table><tr><th>method</th>"
-         "<th>seeds</th>";
-    for (const auto& k : keys) h << "<th>" << k << "</th>";
-    h << "</tr>\n";
-    for (const auto& row : c["methods"]) {
-      h << "<tr><td>" << html_escape(row["method"].get<std::string>()) << "</td><td>"
-        << row["seeds"].size() << "</td>";
-      for (const auto& k : keys)
-        h << "<td>"
-          << (row.contains(k) ? fmt(row[k]["mean"], 2) + " &plusmn; " + fmt(row[k]["std"], 2) : "-")
-          << "</td>";
-      h << "</tr>\n";
-    }
-    h << "</table>\n";
-    if (!c["missing_eval"].empty())
-      h << "<p>Tasks without eval.json: " << html_escape(c["missing_eval"].dump()) << "</p>\n";
-  }
+  if (report.contains("stats")) stats_html(h, report["stats"]);
+  if (report.contains("claims")) claims_html(h, report);
+  if (report.contains("campaign")) campaign_html(h, report["campaign"]);
   if (!figures.empty()) {
     h << "<h2>Plots</h2>\n";
     for (const auto& [file, caption] : figures)
       h << "<img src=\"" << file << "\" alt=\"" << html_escape(caption) << "\">\n";
   }
-  if (report.contains("run") && !report["run"]["last"].empty()) {
-    // One row per metric (nested ones such as phase_ms flattened): a laptop window holds it.
-    h << "<h2>Last logged value of every metric</h2>\n<table><tr><th>metric</th><th>value</th>"
-         "</tr>\n";
-    for (const auto& [k, v] : report["run"]["last"].items()) {
-      if (v.is_number())
-        h << "<tr><td style=\"text-align:left\">" << html_escape(k) << "</td><td>"
-          << fmt(v.get<double>()) << "</td></tr>\n";
-      else if (v.is_object())
-        for (const auto& [k2, v2] : v.items())
-          if (v2.is_number())
-            h << "<tr><td style=\"text-align:left\">" << html_escape(k + "." + k2) << "</td><td>"
-              << fmt(v2.get<double>()) << "</td></tr>\n";
-    }
-    h << "</table>\n";
-  }
+  if (report.contains("run") && !report["run"]["last"].empty())
+    last_metrics_html(h, report["run"]["last"]);
   if (!notes.empty()) {
     h << "<details><summary>Notes (" << notes.size() << ")</summary><ul>\n";
     for (const auto& n : notes) h << "<li>" << html_escape(n.get<std::string>()) << "</li>\n";
     h << "</ul></details>\n";
   }
   h << "</body></html>\n";
-  write_file(out / "report.html", h.str());
+  return h.str();
+}
+
+}  // namespace
+
+json build_report(const Options& opt) {
+  check_options(opt);
+  const fs::path out(opt.out_dir), data = out / "data";
+  fs::create_directories(data);
+  json report, plots = json::array(), notes = json::array();
+  if (!opt.run_dir.empty()) add_run(opt, data, report, plots, notes);
+  if (!opt.campaign_dir.empty()) {
+    report["campaign"] = campaign_table(opt.campaign_dir);
+    report["claims"] = claims_section(opt, data, plots);
+  }
+  if (const json note = horizon_note(opt); !note.is_null()) report["horizon"] = note;
+  const auto figures = render_plots(opt, out, data, plots);
+  report["plots"] = plots;
+  report["notes"] = notes;
+  write_file(out / "report.json", report.dump(2) + "\n");
+  write_file(out / "report.html", report_html(opt, report, figures, notes));
   return report;
 }
 
