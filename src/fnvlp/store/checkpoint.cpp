@@ -281,16 +281,17 @@ std::vector<int64_t> CheckpointManager::committed_steps() const {
   return steps;
 }
 
-CheckpointInfo CheckpointManager::save(int64_t step, const WriteFn& write) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::string name = step_dir_name(step);
-  const std::string final_dir = join_path(dir_, name);
-  const std::string tmp_dir = final_dir + ".tmp";
+namespace {
 
-  // 1. Prepare (rank 0): an intact copy of this step means there is nothing to do.
+// Step 1 of a save (rank 0): 1 when an intact copy of this step is committed already (nothing to
+// do); else unusable copies and unfinished saves are removed, the free space checked and the
+// temporary directory created.
+int32_t prepare_save(const Comm& comm, const std::string& dir, int64_t step,
+                     uint64_t expected_bytes, const std::string& final_dir,
+                     const std::string& tmp_dir) {
   int32_t already = 0;
-  comm_.collective([&] {
-    if (!comm_.is_root()) return;
+  comm.collective([&] {
+    if (!comm.is_root()) return;
     if (fs::exists(final_dir)) {
       const std::string why = verify_checkpoint(final_dir, /*checksums=*/true);
       if (why.empty()) {
@@ -300,7 +301,7 @@ CheckpointInfo CheckpointManager::save(int64_t step, const WriteFn& write) {
       spdlog::warn("checkpoint: replacing unusable {} ({})", final_dir, why);
       fs::remove_all(final_dir);
     }
-    for (const auto& e : fs::directory_iterator(dir_)) {
+    for (const auto& e : fs::directory_iterator(dir)) {
       const std::string n = e.path().filename().string();
       if (e.is_directory() && !e.is_symlink() && n.size() > 4 &&
           n.compare(n.size() - 4, 4, ".tmp") == 0) {
@@ -308,12 +309,12 @@ CheckpointInfo CheckpointManager::save(int64_t step, const WriteFn& write) {
         fs::remove_all(e.path());
       }
     }
-    if (expected_bytes_ > 0) {
-      const uint64_t avail = free_bytes(dir_);
-      FNVLP_CHECK(avail >= expected_bytes_, "not enough free disk space for the checkpoint of step "
-                                                << step << " in '" << dir_ << "': " << avail / kGiB
-                                                << " GiB available, about "
-                                                << expected_bytes_ / kGiB << " GiB needed");
+    if (expected_bytes > 0) {
+      const uint64_t avail = free_bytes(dir);
+      FNVLP_CHECK(avail >= expected_bytes, "not enough free disk space for the checkpoint of step "
+                                               << step << " in '" << dir << "': " << avail / kGiB
+                                               << " GiB available, about " << expected_bytes / kGiB
+                                               << " GiB needed");
     }
     // The save goes into a directory created here and now, so nothing planted can be in it; a
     // symlink in its place (skipped by the loop above) is removed, not followed.
@@ -326,92 +327,122 @@ CheckpointInfo CheckpointManager::save(int64_t step, const WriteFn& write) {
     FNVLP_CHECK(created && !ec,
                 "cannot create '" << tmp_dir << "': " << (ec ? ec.message() : "it already exists"));
   });
-  comm_.bcast(&already, 1);
-  if (already) {
+  comm.bcast(&already, 1);
+  return already;
+}
+
+// Step 2: the content, from every rank. A collective helper's error is already the same on every
+// rank: passed on as it is rather than repeated once per rank.
+void write_content(const Comm& comm, int64_t step, const std::string& tmp_dir,
+                   const CheckpointManager::WriteFn& write) {
+  std::string agreed;
+  comm.collective([&] {
+    try {
+      const SavingCheckpoint saving(step);
+      write(tmp_dir);
+    } catch (const CollectiveError& e) {
+      agreed = e.what();
+    }
+  });
+  for (const std::string& m : comm.allgather_strings(agreed))
+    if (!m.empty()) throw CollectiveError(m);
+}
+
+// The files of a save and what every rank found for its share of them: "index bytes sha256\n".
+struct Digests {
+  std::vector<std::string> files;
+  std::vector<std::string> parts;  // per rank
+};
+
+// Step 3: fsync + sha256, file i on rank i % size (the slow part of a commit, shared out).
+Digests checksum_files(const Comm& comm, const std::string& tmp_dir) {
+  Digests d;
+  std::string listing;
+  comm.collective([&] {
+    if (!comm.is_root()) return;
+    for (const auto& f : list_files(tmp_dir)) listing += f + '\n';
+  });
+  comm.bcast(listing);
+  for (size_t a = 0, b; a < listing.size(); a = b + 1) {
+    b = listing.find('\n', a);
+    d.files.push_back(listing.substr(a, b - a));
+  }
+  std::string mine;
+  comm.collective([&] {
+    for (size_t i = 0; i < d.files.size(); ++i) {
+      if (file_owner(d.files[i], i, comm.size()) != comm.rank()) continue;
+      const std::string path = join_path(tmp_dir, d.files[i]);
+      // Reading first makes a shared file system hand over another client's dirty pages; the
+      // fsync then makes them durable.
+      const std::string sha = sha256_file(path);
+      fsync_path(path);
+      mine += std::to_string(i) + ' ' + std::to_string(fs::file_size(path)) + ' ' + sha + '\n';
+    }
+  });
+  d.parts = comm.allgather_strings(mine);
+  return d;
+}
+
+// Step 4 (rank 0): the COMMITTED marker last, then the renames of the directory and of `latest`.
+// Returns the checkpoint's bytes.
+uint64_t commit_save(const std::string& dir, int64_t step, int world_size,
+                     const std::string& tmp_dir, const std::string& final_dir, const Digests& d) {
+  uint64_t total_bytes = 0;
+  json entries = json::object();
+  for (const std::string& part : d.parts) {
+    std::istringstream in(part);
+    size_t index = 0;
+    uint64_t bytes = 0;
+    std::string sha;
+    while (in >> index >> bytes >> sha) {
+      entries[d.files.at(index)] = {{"bytes", bytes}, {"sha256", sha}};
+      total_bytes += bytes;
+    }
+  }
+  FNVLP_CHECK(entries.size() == d.files.size(), "checkpoint: checksums missing for some files");
+  for (const auto& p : parent_dirs(tmp_dir, d.files)) fsync_path(p);
+  const json marker = {{"fnvlp_checkpoint", kCheckpointFormat},
+                       {"step", step},
+                       {"world_size", world_size},
+                       {"time", utc_now_iso8601()},
+                       {"unix_time", static_cast<int64_t>(std::time(nullptr))},
+                       {"files", entries}};
+  write_file_atomic(join_path(tmp_dir, kCommittedMarker), marker.dump(2) + "\n");
+  FNVLP_CHECK(
+      std::rename(tmp_dir.c_str(), final_dir.c_str()) == 0,
+      "cannot rename '" << tmp_dir << "' to '" << final_dir << "': " << std::strerror(errno));
+  fsync_path(dir);
+  const std::string name = fs::path(final_dir).filename().string();
+  const std::string link = join_path(dir, "latest"), link_tmp = link + ".tmp";
+  ::unlink(link_tmp.c_str());
+  FNVLP_CHECK(::symlink(name.c_str(), link_tmp.c_str()) == 0,
+              "cannot create symlink '" << link_tmp << "': " << std::strerror(errno));
+  FNVLP_CHECK(std::rename(link_tmp.c_str(), link.c_str()) == 0,
+              "cannot rename '" << link_tmp << "' over '" << link << "': " << std::strerror(errno));
+  fsync_path(dir);
+  return total_bytes;
+}
+
+}  // namespace
+
+CheckpointInfo CheckpointManager::save(int64_t step, const WriteFn& write) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string final_dir = join_path(dir_, step_dir_name(step));
+  const std::string tmp_dir = final_dir + ".tmp";
+  if (prepare_save(comm_, dir_, step, expected_bytes_, final_dir, tmp_dir)) {
     CheckpointInfo out = open(final_dir);
     if (comm_.is_root())
       spdlog::info("checkpoint: step {} is already committed; not saved again", step);
     return out;
   }
-
   try {
-    // 2. Content, from every rank. A collective helper's error is already the same on every
-    // rank: passed on as it is rather than repeated once per rank.
-    std::string agreed;
-    comm_.collective([&] {
-      try {
-        const SavingCheckpoint saving(step);
-        write(tmp_dir);
-      } catch (const CollectiveError& e) {
-        agreed = e.what();
-      }
-    });
-    for (const std::string& m : comm_.allgather_strings(agreed))
-      if (!m.empty()) throw CollectiveError(m);
-
-    // 3. fsync + sha256, file i on rank i % size (the slow part of a commit, shared out).
-    std::string listing;
-    comm_.collective([&] {
-      if (!comm_.is_root()) return;
-      for (const auto& f : list_files(tmp_dir)) listing += f + '\n';
-    });
-    comm_.bcast(listing);
-    std::vector<std::string> files;
-    for (size_t a = 0, b; a < listing.size(); a = b + 1) {
-      b = listing.find('\n', a);
-      files.push_back(listing.substr(a, b - a));
-    }
-    std::string mine;  // "index bytes sha256\n" per file
-    comm_.collective([&] {
-      for (size_t i = 0; i < files.size(); ++i) {
-        if (file_owner(files[i], i, comm_.size()) != comm_.rank()) continue;
-        const std::string path = join_path(tmp_dir, files[i]);
-        // Reading first makes a shared file system hand over another client's dirty pages; the
-        // fsync then makes them durable.
-        const std::string sha = sha256_file(path);
-        fsync_path(path);
-        mine += std::to_string(i) + ' ' + std::to_string(fs::file_size(path)) + ' ' + sha + '\n';
-      }
-    });
-    const std::vector<std::string> digests = comm_.allgather_strings(mine);
-
-    // 4. Commit (rank 0): marker last, then the renames.
+    write_content(comm_, step, tmp_dir, write);
+    const Digests digests = checksum_files(comm_, tmp_dir);
     uint64_t total_bytes = 0;
     comm_.collective([&] {
       if (!comm_.is_root()) return;
-      json entries = json::object();
-      for (const std::string& part : digests) {
-        std::istringstream in(part);
-        size_t index = 0;
-        uint64_t bytes = 0;
-        std::string sha;
-        while (in >> index >> bytes >> sha) {
-          entries[files.at(index)] = {{"bytes", bytes}, {"sha256", sha}};
-          total_bytes += bytes;
-        }
-      }
-      FNVLP_CHECK(entries.size() == files.size(), "checkpoint: checksums missing for some files");
-      for (const auto& d : parent_dirs(tmp_dir, files)) fsync_path(d);
-      const json marker = {{"fnvlp_checkpoint", kCheckpointFormat},
-                           {"step", step},
-                           {"world_size", comm_.size()},
-                           {"time", utc_now_iso8601()},
-                           {"unix_time", static_cast<int64_t>(std::time(nullptr))},
-                           {"files", entries}};
-      write_file_atomic(join_path(tmp_dir, kCommittedMarker), marker.dump(2) + "\n");
-      FNVLP_CHECK(
-          std::rename(tmp_dir.c_str(), final_dir.c_str()) == 0,
-          "cannot rename '" << tmp_dir << "' to '" << final_dir << "': " << std::strerror(errno));
-      fsync_path(dir_);
-      const std::string link = join_path(dir_, "latest"), link_tmp = link + ".tmp";
-      ::unlink(link_tmp.c_str());
-      FNVLP_CHECK(::symlink(name.c_str(), link_tmp.c_str()) == 0,
-                  "cannot create symlink '" << link_tmp << "': " << std::strerror(errno));
-      FNVLP_CHECK(
-          std::rename(link_tmp.c_str(), link.c_str()) == 0,
-          "cannot rename '" << link_tmp << "' over '" << link << "': " << std::strerror(errno));
-      fsync_path(dir_);
-      // 5. Only now may older checkpoints go; a failure here loses nothing.
+      total_bytes = commit_save(dir_, step, comm_.size(), tmp_dir, final_dir, digests);
+      // Step 5: only now may older checkpoints go; a failure here loses nothing.
       try {
         prune_after_commit(step);
       } catch (const std::exception& e) {
