@@ -70,6 +70,22 @@ const std::string& verified(const Comm& comm, const DataConfig& cfg, const std::
   return dir;
 }
 
+// The configuration's fault.* knobs as core/fault entries: the step has one injection mechanism,
+// the sites of core/fault.hpp, whether a test sets FNVLP_FAULT or the configuration.
+void configure_faults(const FaultConfig& f) {
+  std::string entries;
+  auto add = [&](const char* site, int64_t step, int64_t rank) {
+    if (step < 0) return;
+    entries += std::string(entries.empty() ? "" : ",") + site + ":" + std::to_string(step) + ":" +
+               std::to_string(rank);
+  };
+  add("step.nan", f.nonfinite_step, f.nonfinite_rank);
+  add("step.throw", f.throw_step, f.throw_rank);
+  add("step.stop", f.stop_step, 0);
+  add("step.export", f.export_step, 0);
+  fault::set_configured(entries, "the configuration's fault.* settings");
+}
+
 }  // namespace
 
 Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOptions& opt)
@@ -83,6 +99,7 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
       ckpt_(run_, comm, cfg.checkpoint),
       skips_(cfg.non_finite.max_consecutive),
       telemetry_(comm) {
+  configure_faults(cfg_.fault);
   fault::point("startup.sleep");
   cfg_.model.validate();
   validate_methods(cfg_);
@@ -149,30 +166,28 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
 
 Trainer::~Trainer() { set_device_collectives(comm_, nullptr); }
 
-int Trainer::run(Watchdog& dog) {
-  bool resumed = false;
-  {
-    auto guard = dog.long_phase("resume", cfg_.watchdog.startup_timeout_s);
-    uint64_t methods_bytes = 0;
-    for (auto& m : methods_) methods_bytes += m->state_bytes();
-    methods_bytes += cache_.state_bytes();
-    // Room for two checkpoints (model + AdamW's two moments) before any step is spent.
-    ckpt_.check_free_space(3 * module_bytes(*model_) + optimizer_state_bytes(*optimizer_) +
-                           methods_bytes);
-    resumed = maybe_resume();
-    // A checkpoint written on another device (CPU <-> CUDA) loads where it was saved.
-    if (resumed) {
-      model_->to(device_.device);
-      for (auto& kv : optimizer_->state()) {
-        auto& st = static_cast<torch::optim::AdamWParamState&>(*kv.second);
-        st.exp_avg(st.exp_avg().to(device_.device));
-        st.exp_avg_sq(st.exp_avg_sq().to(device_.device));
-      }
+bool Trainer::resume_at_start(Watchdog& dog) {
+  auto guard = dog.long_phase("resume", cfg_.watchdog.startup_timeout_s);
+  uint64_t methods_bytes = 0;
+  for (auto& m : methods_) methods_bytes += m->state_bytes();
+  methods_bytes += cache_.state_bytes();
+  // Room for two checkpoints (model + AdamW's two moments) before any step is spent.
+  ckpt_.check_free_space(3 * module_bytes(*model_) + optimizer_state_bytes(*optimizer_) +
+                         methods_bytes);
+  const bool resumed = maybe_resume();
+  // A checkpoint written on another device (CPU <-> CUDA) loads where it was saved.
+  if (resumed) {
+    model_->to(device_.device);
+    for (auto& kv : optimizer_->state()) {
+      auto& st = static_cast<torch::optim::AdamWParamState&>(*kv.second);
+      st.exp_avg(st.exp_avg().to(device_.device));
+      st.exp_avg_sq(st.exp_avg_sq().to(device_.device));
     }
   }
-  MetricsWriter metrics(run_.metrics_path(), comm_,
-                        resumed ? std::optional<int64_t>(step_) : std::nullopt);
-  run_.write_config(opt_.config_yaml);
+  return resumed;
+}
+
+void Trainer::install_last_words(Watchdog& dog) {
   // From the watchdog's thread while the main thread is stuck: only what it cannot be changing.
   dog.set_last_words([this](const std::string& why, int64_t step) {
     RunSummary s;
@@ -192,12 +207,9 @@ int Trainer::run(Watchdog& dog) {
       s.error = why;
       run_.write_summary(s, true);
     });
-  if (epoch_ > 0) restore_epoch_embeddings();
-  if (resplit_from_ > 0) continue_on_new_ranks();
-  total_steps_ = last_step();
-  bool synchronous = false;
-  for (auto& m : methods_) synchronous = synchronous || m->synchronous_sampler();
-  BatchSource loader(dataset_, *sampler_, static_cast<int>(cfg_.train.prefetch), synchronous);
+}
+
+void Trainer::start_loader(BatchSource& loader, bool resumed) {
   // The step's augmentation runs on the prefetch thread, beside the reads (the seed is the
   // batch's step, so what it draws does not depend on where it runs).
   loader.set_prepare([this](data::Batch& b, int64_t step) {
@@ -210,13 +222,44 @@ int Trainer::run(Watchdog& dog) {
     loader.resume(sampler_state_, step_);
   else
     loader.start_epoch(epoch_, step_);
-  if (comm_.is_root())
-    spdlog::info(
-        "pretrain: {} pairs, {} ranks x batch {}, {} steps/epoch, {} steps, model {:.1f} "
-        "M params",
-        dataset_.num_pairs(), comm_.size(), cfg_.train.batch_size, uniform_steps_, total_steps_,
-        model_->num_parameters() / 1e6);
-  RunStatus status = RunStatus::kCompleted;
+}
+
+void Trainer::step_once(const data::Batch& batch, StepProfiler& profiler) {
+  profiler.before_step(step_);
+  const CommTraffic before = traffic();
+  if (static_)
+    static_train_step(batch);  // its losses reach the telemetry at the next log line
+  else
+    telemetry_.add(train_step(batch), batch.size() * comm_.size());
+  step_traffic_ += traffic() - before;
+  profiler.after_step(step_);
+  ++step_;
+  ++step_in_epoch_;
+  samples_seen_ += cfg_.train.batch_size * comm_.size();
+}
+
+bool Trainer::after_step(Watchdog& dog, MetricsWriter& metrics, const BatchSource& loader) {
+  if (step_ % cfg_.train.log_every == 0 || step_ == total_steps_) log_progress(metrics, loader);
+  sampler_state_ = loader.state();
+  if (fault::point("step.stop", step_)) StopRequest::raise_for_test(SIGUSR1);
+  if (agree_stop(comm_)) {
+    save_checkpoint(dog);
+    if (comm_.is_root())
+      spdlog::warn(
+          "pretrain: stop requested (signal {}), checkpointed at step {}; exiting "
+          "with {} for requeue",
+          StopRequest::signal_number(), step_, kExitRequeue);
+    return true;
+  }
+  if (fault::point("step.export", step_)) StopRequest::raise_for_test(SIGUSR2);
+  if (agree_export(comm_)) export_on_demand(dog);
+  if (cfg_.checkpoint.every_steps > 0 && step_ % cfg_.checkpoint.every_steps == 0 &&
+      step_ < total_steps_)
+    save_checkpoint(dog);
+  return false;
+}
+
+RunStatus Trainer::train_loop(Watchdog& dog, MetricsWriter& metrics, BatchSource& loader) {
   StepProfiler profiler(
       cfg_.train.profile_start, cfg_.train.profile_steps,
       opt_.run_dir + "/profile/trace-rank" + std::to_string(comm_.rank()) + ".json", comm_.rank());
@@ -242,36 +285,32 @@ int Trainer::run(Watchdog& dog) {
     for (auto& m : methods_) m->on_batch(loader.state());
     clock_.lap(StepClock::kBatch);
     dog.beat(step_, "step");
-    profiler.before_step(step_);
-    const CommTraffic before = traffic();
-    if (static_)
-      static_train_step(batch);  // its losses reach the telemetry at the next log line
-    else
-      telemetry_.add(train_step(batch), batch.size() * comm_.size());
-    step_traffic_ += traffic() - before;
-    profiler.after_step(step_);
-    ++step_;
-    ++step_in_epoch_;
-    samples_seen_ += cfg_.train.batch_size * comm_.size();
-    if (step_ % cfg_.train.log_every == 0 || step_ == total_steps_) log_progress(metrics, loader);
-    sampler_state_ = loader.state();
-    if (step_ == cfg_.fault.stop_step && comm_.is_root()) StopRequest::raise_for_test(SIGUSR1);
-    if (agree_stop(comm_)) {
-      save_checkpoint(dog);
-      status = RunStatus::kPreempted;
-      if (comm_.is_root())
-        spdlog::warn(
-            "pretrain: stop requested (signal {}), checkpointed at step {}; exiting "
-            "with {} for requeue",
-            StopRequest::signal_number(), step_, kExitRequeue);
-      break;
-    }
-    if (step_ == cfg_.fault.export_step && comm_.is_root()) StopRequest::raise_for_test(SIGUSR2);
-    if (agree_export(comm_)) export_on_demand(dog);
-    if (cfg_.checkpoint.every_steps > 0 && step_ % cfg_.checkpoint.every_steps == 0 &&
-        step_ < total_steps_)
-      save_checkpoint(dog);
+    step_once(batch, profiler);
+    if (after_step(dog, metrics, loader)) return RunStatus::kPreempted;
   }
+  return RunStatus::kCompleted;
+}
+
+int Trainer::run(Watchdog& dog) {
+  const bool resumed = resume_at_start(dog);
+  MetricsWriter metrics(run_.metrics_path(), comm_,
+                        resumed ? std::optional<int64_t>(step_) : std::nullopt);
+  run_.write_config(opt_.config_yaml);
+  install_last_words(dog);
+  if (epoch_ > 0) restore_epoch_embeddings();
+  if (resplit_from_ > 0) continue_on_new_ranks();
+  total_steps_ = last_step();
+  bool synchronous = false;
+  for (auto& m : methods_) synchronous = synchronous || m->synchronous_sampler();
+  BatchSource loader(dataset_, *sampler_, static_cast<int>(cfg_.train.prefetch), synchronous);
+  start_loader(loader, resumed);
+  if (comm_.is_root())
+    spdlog::info(
+        "pretrain: {} pairs, {} ranks x batch {}, {} steps/epoch, {} steps, model {:.1f} "
+        "M params",
+        dataset_.num_pairs(), comm_.size(), cfg_.train.batch_size, uniform_steps_, total_steps_,
+        model_->num_parameters() / 1e6);
+  const RunStatus status = train_loop(dog, metrics, loader);
   if (status == RunStatus::kCompleted) {
     if (last_exported_epoch_ < epoch_ && cfg_.train.export_embeddings)
       export_embeddings(dog, metrics);
@@ -320,7 +359,7 @@ void Trainer::write_failure_summary(int exit_code, const std::string& why, bool 
   RunSummary s = telemetry_.summary(RunStatus::kFailed, step_, skips_.total());
   s.exit_code = exit_code;
   s.error = why;
-  s.extra = extra;
+  s.extra.update(extra);
   s.extra["epochs_completed"] = epoch_;
   run_.write_summary(s, !agreed);
 }

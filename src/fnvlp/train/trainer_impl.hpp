@@ -38,6 +38,7 @@ namespace fnvlp::train {
 
 class FlaggedAdamW;
 class GradBuckets;
+class StepProfiler;
 class StepGraphs;
 
 // The static step's inputs (train.static_step, train.cuda_graphs): tensors on the model's device at
@@ -87,6 +88,21 @@ class Trainer {
                              const nlohmann::json& extra = nlohmann::json::object()) const;
 
  private:
+  // --- Trainer::run in order (trainer.cpp) ---
+  // Checks the disk has room for two checkpoints, resumes from the newest one if any and moves
+  // its state to the model's device. True when it resumed.
+  bool resume_at_start(Watchdog& dog);
+  // What the watchdog's and the NCCL watch's threads write to summary.json before they end the job.
+  void install_last_words(Watchdog& dog);
+  // Augmentation (and the copy to the GPU) on the prefetch thread; the loader at the resumed step.
+  void start_loader(BatchSource& loader, bool resumed);
+  // Steps until the last one or an agreed stop; kPreempted when stopped (checkpointed).
+  RunStatus train_loop(Watchdog& dog, MetricsWriter& metrics, BatchSource& loader);
+  // One training step, profiled and its traffic counted.
+  void step_once(const data::Batch& batch, StepProfiler& profiler);
+  // Logging, agreed stop (true: checkpointed, stop now), on-demand export, periodic checkpoint.
+  bool after_step(Watchdog& dog, MetricsWriter& metrics, const BatchSource& loader);
+
   uint64_t seed() const { return static_cast<uint64_t>(cfg_.train.seed); }
   int64_t epoch_steps(int64_t epoch) const { return epoch == 0 ? uniform_steps_ : grouped_steps_; }
   bool wants_epoch_embeddings() const {
