@@ -24,6 +24,8 @@
 #include <sstream>
 #include <thread>
 
+#include "fnvlp/core/host.hpp"
+
 // Non-blocking communicators (ncclConfig_t::blocking) and ncclGetLastError came in NCCL 2.14.
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
 #error "fnvlp's NCCL backend needs NCCL 2.14 or newer"
@@ -106,12 +108,6 @@ ncclDataType_t nccl_type(torch::ScalarType type) {
       FNVLP_FAIL("dtype " << type
                           << " has no NCCL type here (float, bfloat16, double, int64, int32)");
   }
-}
-
-std::string host_name() {
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
-  return name;
 }
 
 }  // namespace
@@ -345,7 +341,7 @@ NcclComm::NcclComm(const Comm& comm, double timeout_s) : impl_(std::make_unique<
     FNVLP_CUDA_CHECK(cudaGetDevice(&im.device));
     char bus[64] = {};
     FNVLP_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus) - 1, im.device));
-    place = host_name() + " GPU " + bus;
+    place = fnvlp::host_name() + " GPU " + bus;
   });
   // NCCL refuses two ranks on one GPU, late and not on every rank: say so here, everywhere.
   const std::vector<std::string> places = comm.allgather_strings(place);

@@ -19,6 +19,7 @@
 
 #include "fnvlp/comm/job_main.hpp"
 #include "fnvlp/core/error.hpp"
+#include "fnvlp/core/host.hpp"
 #include "fnvlp/core/timer.hpp"
 
 namespace fs = std::filesystem;
@@ -49,12 +50,6 @@ std::string first_line_of(const std::string& path) {
   std::string line;
   std::getline(in, line);
   return line;
-}
-
-std::string host_name() {
-  char buf[256] = {0};
-  ::gethostname(buf, sizeof(buf) - 1);
-  return buf;
 }
 
 // Field 22 of /proc/PID/stat (start time in clock ticks after boot) and field 3 (the state), read

@@ -10,20 +10,13 @@
 #include "fnvlp/comm/node_local.hpp"
 #include "fnvlp/comm/tensors.hpp"
 #include "fnvlp/core/fault.hpp"
+#include "fnvlp/core/host.hpp"
 
 #if FNVLP_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
 namespace fnvlp::train {
-
-namespace {
-std::string host_name() {
-  char buf[256] = {0};
-  gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
-}  // namespace
 
 bool cuda_built() {
 #if FNVLP_WITH_CUDA
