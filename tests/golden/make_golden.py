@@ -56,7 +56,7 @@ TOLERANCES = {
     "rtol_grad": 5e-4,       # per tensor: ||g - ref|| <= rtol ||ref|| + atol sqrt(n)
     "atol_grad": 1e-9,
     "rtol_grad_norm": 2e-5,  # global gradient norm (summed in double), relative
-    "rtol_clip_norm": 1e-3,  # FlatGradients::clip_factor's norm (float32 sum), relative
+    "rtol_clip_norm": 1e-3,  # FlatGradients::clip_scale's norm (float32 sum), relative
     "rtol_step_loss": 1e-5,  # losses of the AdamW steps, relative
 }
 WHY = ("float32 against float32 with different summation orders (fused kernels, OpenBLAS "
@@ -265,7 +265,7 @@ def write(group, name, data):
 
 def create_file(path):
     """An HDF5 file without object timestamps (the same content gives the same bytes), libver
-    "latest" (1.10 here: metadata checksums, single-chunk indexes; DESIGN.md section 4)."""
+    "latest" (1.10 here: metadata checksums, single-chunk indexes; ARCHITECTURE.md section 12)."""
     fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
     fcpl.set_obj_track_times(False)
     fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)

@@ -306,7 +306,7 @@ Replay replay(const GoldenFile& f) {
       for (auto& item : model->named_parameters())
         r.grads[item.key()] = item.value().grad().to(torch::kCPU).clone();
     double norm = 0;
-    if (clip > 0) grads.clip_factor(clip, &norm);  // the norm alone: the step clips by itself
+    if (clip > 0) grads.clip_scale(clip, &norm);  // the norm alone: the step clips by itself
     train::adamw_step(optimizer, grads, clip);
     r.grad_norm[s] = norm;
     r.lr[s] = lr;
@@ -470,15 +470,15 @@ TEST_F(GoldenStep, EveryParameterGradient) {
       << "global gradient norm: fnvlp " << std::setprecision(9) << norm << ", PyTorch " << ref;
 }
 
-// FlatGradients::clip_factor's norm, what clipping scales by. It sums the squares of the whole
+// FlatGradients::clip_scale's norm, what clipping scales by. It sums the squares of the whole
 // flat buffer in float32: its own rounding (README.md "Findings") sets rtol_clip_norm.
 TEST_F(GoldenStep, ClipNorm) {
   const double got = replay_->grad_norm[0].item<double>();
   const double ref = file_->read("steps/grad_norm", torch::kDouble)[0].item<double>();
   Worst worst{"clip norm of step 0 (relative)", tol_.clip_norm};
-  worst.see(rel(got, ref), "FlatGradients::clip_factor");
+  worst.see(rel(got, ref), "FlatGradients::clip_scale");
   EXPECT_LE(rel(got, ref), tol_.clip_norm)
-      << "gradient norm before clipping (FlatGradients::clip_factor): fnvlp "
+      << "gradient norm before clipping (FlatGradients::clip_scale): fnvlp "
       << std::setprecision(9) << got << ", PyTorch clip_grad_norm_ " << ref;
 }
 

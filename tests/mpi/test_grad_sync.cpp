@@ -133,10 +133,10 @@ TEST(GradSync, FlatGradientsClipLikeClipGradNorm) {
     ref->forward(x).pow(2).sum().backward();
     const double want = torch::nn::utils::clip_grad_norm_(ref->parameters(), max_norm);
     double norm = 0;
-    const float factor = grads.clip_factor(max_norm, &norm);
+    const float factor = grads.clip_scale(max_norm, &norm);
     EXPECT_EQ(factor == 1.0f, max_norm > want) << "max_norm " << max_norm;
     EXPECT_NEAR(norm, want, 1e-5 * want) << "max_norm " << max_norm;
-    const double got = grads.clip_norm(max_norm);
+    const double got = grads.clip_in_place(max_norm);
     EXPECT_NEAR(got, want, 1e-5 * want) << "max_norm " << max_norm;
     EXPECT_GT(want, 0.5);  // the first case clips
     for (size_t i = 0; i < ref->parameters().size(); ++i)

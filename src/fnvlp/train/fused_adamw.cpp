@@ -37,7 +37,7 @@ void update(float* p, const float* g, float* m, float* v, int64_t n, float grad_
 
 }  // namespace
 
-bool fused_adamw_step(torch::optim::AdamW& opt, float grad_scale) {
+bool adamw_step_cpu(torch::optim::AdamW& opt, float grad_scale) {
   torch::NoGradGuard no_grad;
   auto& states = opt.state();
   std::vector<Item> items;
@@ -99,7 +99,7 @@ bool multi_tensor_adamw_available() {
 #endif
 }
 
-bool multi_tensor_adamw_step(torch::optim::AdamW& opt, const torch::Tensor& grad_divisor) {
+bool adamw_step_cuda(torch::optim::AdamW& opt, const torch::Tensor& grad_divisor) {
   torch::NoGradGuard no_grad;
   auto& states = opt.state();
   struct Group {
@@ -165,8 +165,8 @@ bool multi_tensor_adamw_step(torch::optim::AdamW& opt, const torch::Tensor& grad
 
 bool adamw_step(torch::optim::AdamW& opt, FlatGradients& grads, double clip) {
   if (grads.buffer().is_cuda() && multi_tensor_adamw_available())
-    return multi_tensor_adamw_step(opt, clip > 0 ? grads.clip_divisor(clip) : torch::Tensor());
-  return fused_adamw_step(opt, clip > 0 ? grads.clip_factor(clip) : 1.0f);
+    return adamw_step_cuda(opt, clip > 0 ? grads.clip_divisor(clip) : torch::Tensor());
+  return adamw_step_cpu(opt, clip > 0 ? grads.clip_scale(clip) : 1.0f);
 }
 
 bool FlaggedAdamW::ready(const torch::optim::AdamW& opt) {

@@ -22,9 +22,9 @@ namespace fnvlp::train {
 // parameter without state yet (the first step creates it exactly as libtorch does), amsgrad, or
 // a parameter that is not a dense float32 CPU tensor.
 // grad_scale: every gradient enters the update multiplied by it, as if scaled in place first
-// (FlatGradients::clip_factor): gradient clipping without its own pass over the gradients. The
+// (FlatGradients::clip_scale): gradient clipping without its own pass over the gradients. The
 // gradients themselves are left unscaled on the fused path.
-bool fused_adamw_step(torch::optim::AdamW& opt, float grad_scale = 1.0f);
+bool adamw_step_cpu(torch::optim::AdamW& opt, float grad_scale = 1.0f);
 
 // Whether this libtorch has ATen's multi-tensor AdamW kernel (at::_fused_adamw_, the kernel of
 // torch.optim.AdamW(fused=True); CUDA from 2.0, CPU from 2.4).
@@ -35,15 +35,15 @@ bool multi_tensor_adamw_available();
 // the step costs the GPU's time, not the host's. The update is the formula above in float.
 // grad_divisor: undefined, or a 0-dim float tensor on the parameters' device that every gradient
 // is divided by before it enters the update (FlatGradients::clip_divisor); read by the kernel, so
-// clipping needs no host read of the gradient norm. Unlike fused_adamw_step's, the gradients are
+// clipping needs no host read of the gradient norm. Unlike adamw_step_cpu's, the gradients are
 // left divided (the kernel stores them back). Falls back to libtorch's step (the gradients
 // divided first) on the first step (no state yet), amsgrad, a parameter that is not float32 or
 // has a sparse gradient, or a group whose parameters are at different step counts; returns false
 // then.
-bool multi_tensor_adamw_step(torch::optim::AdamW& opt, const torch::Tensor& grad_divisor);
+bool adamw_step_cuda(torch::optim::AdamW& opt, const torch::Tensor& grad_divisor);
 
-// The training step's AdamW, chosen in this one place: multi_tensor_adamw_step for CUDA parameters
-// (where this libtorch has it), fused_adamw_step otherwise; clip > 0 clips by the global norm of
+// The training step's AdamW, chosen in this one place: adamw_step_cuda for CUDA parameters
+// (where this libtorch has it), adamw_step_cpu otherwise; clip > 0 clips by the global norm of
 // `grads`'s buffer inside the step. Returns whether a fused path took it.
 bool adamw_step(torch::optim::AdamW& opt, FlatGradients& grads, double clip);
 

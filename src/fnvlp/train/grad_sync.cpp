@@ -28,15 +28,15 @@ void FlatGradients::zero() {
   flat_.zero_();
 }
 
-double FlatGradients::clip_norm(double max_norm) {
+double FlatGradients::clip_in_place(double max_norm) {
   double norm = 0;
-  const float factor = clip_factor(max_norm, &norm);
+  const float factor = clip_scale(max_norm, &norm);
   torch::NoGradGuard no_grad;
   if (factor != 1.0f) flat_.mul_(factor);
   return norm;
 }
 
-float FlatGradients::clip_factor(double max_norm, double* norm_out) {
+float FlatGradients::clip_scale(double max_norm, double* norm_out) {
   rebind_replaced();
   torch::NoGradGuard no_grad;
   const double norm = flat_.norm().item<double>();

@@ -33,14 +33,14 @@ class FlatGradients {
   // them in place by max_norm / (norm + 1e-6) where that is below 1, with `norm` their global L2
   // norm, which it returns (the norm before clipping). libtorch's takes one norm per parameter
   // (93 tensors for `tiny`) and a scale per parameter.
-  double clip_norm(double max_norm);
-  // The factor clip_norm would scale by (1 where it would not clip), without scaling: for an
-  // optimizer step that applies it on the fly (fused_adamw_step's grad_scale). `norm`, if given,
+  double clip_in_place(double max_norm);
+  // The factor clip_in_place would scale by (1 where it would not clip), without scaling: for an
+  // optimizer step that applies it on the fly (adamw_step_cpu's grad_scale). `norm`, if given,
   // receives the global L2 norm.
-  float clip_factor(double max_norm, double* norm = nullptr);
-  // 1 / clip_factor as a 0-dim float tensor on the buffer's device, max(1, (norm + 1e-6) /
+  float clip_scale(double max_norm, double* norm = nullptr);
+  // 1 / clip_scale as a 0-dim float tensor on the buffer's device, max(1, (norm + 1e-6) /
   // max_norm), computed there: no host read of the norm, so a CUDA step does not wait for its
-  // backward here (multi_tensor_adamw_step's grad_divisor).
+  // backward here (adamw_step_cuda's grad_divisor).
   torch::Tensor clip_divisor(double max_norm);
   // How many gradients were found replaced and re-bound so far (0 in a normal run).
   int64_t rebinds() const { return rebinds_; }

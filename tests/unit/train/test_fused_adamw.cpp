@@ -78,7 +78,7 @@ TEST(FusedAdamW, MatchesLibtorchStepByStep) {
     set_grads(ref, step);
     set_grads(fused, step);
     ref.opt->step();
-    const bool took = fnvlp::train::fused_adamw_step(*fused.opt);
+    const bool took = fnvlp::train::adamw_step_cpu(*fused.opt);
     // The first step creates the state through libtorch; every later one is the fused pass.
     EXPECT_EQ(took, step > 0) << "step " << step;
     expect_same(ref, fused);
@@ -100,8 +100,8 @@ TEST(FusedAdamW, GradScaleEqualsScalingTheGradientsFirst) {
     set_grads(on_the_fly, step);
     for (auto& p : scaled_first.params)
       if (p.grad().defined()) p.mutable_grad().mul_(scale);
-    fnvlp::train::fused_adamw_step(*scaled_first.opt);
-    fnvlp::train::fused_adamw_step(*on_the_fly.opt, scale);
+    fnvlp::train::adamw_step_cpu(*scaled_first.opt);
+    fnvlp::train::adamw_step_cpu(*on_the_fly.opt, scale);
     for (size_t i = 0; i < on_the_fly.params.size(); ++i) {
       EXPECT_TRUE(torch::equal(on_the_fly.params[i], scaled_first.params[i]))
           << "param " << i << ", step " << step;
@@ -116,7 +116,7 @@ TEST(FusedAdamW, StateRoundTripsThroughLibtorchSerialization) {
   Opt a = make(2);
   for (int step = 0; step < 3; ++step) {
     set_grads(a, step);
-    fnvlp::train::fused_adamw_step(*a.opt);
+    fnvlp::train::adamw_step_cpu(*a.opt);
   }
   std::stringstream buf;
   {
@@ -135,7 +135,7 @@ TEST(FusedAdamW, StateRoundTripsThroughLibtorchSerialization) {
   set_grads(a, 3);
   set_grads(b, 3);
   a.opt->step();
-  EXPECT_TRUE(fnvlp::train::fused_adamw_step(*b.opt));
+  EXPECT_TRUE(fnvlp::train::adamw_step_cpu(*b.opt));
   expect_same(a, b);
 }
 
@@ -153,9 +153,9 @@ TEST(FusedAdamW, MultiTensorKernelMatchesOnePassStep) {
     set_lr(multi, lr);
     set_grads(one_pass, 2 * step);  // even: every parameter has its gradient
     set_grads(multi, 2 * step);
-    fnvlp::train::fused_adamw_step(*one_pass.opt, 1.0f / divisor);
+    fnvlp::train::adamw_step_cpu(*one_pass.opt, 1.0f / divisor);
     const torch::Tensor grad0 = multi.params[0].grad().clone();
-    const bool took = fnvlp::train::multi_tensor_adamw_step(*multi.opt, torch::tensor(divisor));
+    const bool took = fnvlp::train::adamw_step_cuda(*multi.opt, torch::tensor(divisor));
     // Either path leaves the gradients divided (the kernel stores them back).
     EXPECT_TRUE(torch::allclose(multi.params[0].grad(), grad0 / divisor)) << "step " << step;
     EXPECT_EQ(took, step > 0) << "step " << step;  // the first step creates the state
@@ -189,7 +189,7 @@ TEST(FusedAdamW, MultiTensorFallsBackOnUnequalSteps) {
     set_grads(ref, step);  // parameter 2 without gradient on odd steps
     set_grads(multi, step);
     ref.opt->step();
-    const bool took = fnvlp::train::multi_tensor_adamw_step(*multi.opt, torch::Tensor());
+    const bool took = fnvlp::train::adamw_step_cuda(*multi.opt, torch::Tensor());
     // Step 0 creates the state and step 2 finds parameter 2 one step behind parameter 0 (same
     // group): libtorch's. On 1 and 3 parameter 2 has no gradient and is skipped, as libtorch
     // skips it: the kernel's.
@@ -198,14 +198,14 @@ TEST(FusedAdamW, MultiTensorFallsBackOnUnequalSteps) {
   }
 }
 
-// clip_divisor is clip_factor's reciprocal, computed without leaving the tensor.
+// clip_divisor is clip_scale's reciprocal, computed without leaving the tensor.
 TEST(FusedAdamW, ClipDivisorIsTheFactorsReciprocal) {
   Opt s = make(5);
   fnvlp::train::FlatGradients grads(s.params);
   auto g = at::make_generator<at::CPUGeneratorImpl>(9);
   for (auto& p : s.params) p.mutable_grad().copy_(torch::randn(p.sizes(), g));
   for (double max_norm : {0.5, 2.0, 1e6}) {
-    const float factor = grads.clip_factor(max_norm);
+    const float factor = grads.clip_scale(max_norm);
     const torch::Tensor divisor = grads.clip_divisor(max_norm);
     EXPECT_EQ(divisor.dim(), 0);
     EXPECT_NEAR(divisor.item<double>() * factor, 1.0, 1e-6) << "max_norm " << max_norm;
