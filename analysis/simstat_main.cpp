@@ -1,5 +1,5 @@
 // fnvlp-simstat: exact per-anchor false-negative thresholds, quantile profiles and FN
-// precision/recall of GloFND's lambda, the exact threshold and simulated FNC (DESIGN.md §2).
+// precision/recall of GloFND's lambda, the exact threshold and simulated FNC (ARCHITECTURE.md §11).
 #include <spdlog/spdlog.h>
 
 #include <cxxopts.hpp>

@@ -1,4 +1,4 @@
-// fnvlp-shard: image-caption data -> checksummed HDF5 shards + manifest.json (DESIGN.md §2).
+// fnvlp-shard: image-caption data -> checksummed HDF5 shards + manifest.json (ARCHITECTURE.md §2).
 #include <spdlog/spdlog.h>
 
 #include <cxxopts.hpp>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real single-node SLURM on localhost (DESIGN.md §5): munged as user munge with its own key,
+# A real single-node SLURM on localhost (ARCHITECTURE.md §13): munged as user munge with its own key,
 # slurmctld and slurmd as root, proctrack/linuxproc, task/none, select/cons_tres, MpiDefault=pmix,
 # one node with this machine's CPUs and memory. Every file it writes (config, key, sockets, state,
 # spool, logs, pid files) lies under $FNVLP_SLURM_DIR (default /var/tmp/fnvlp-slurm).

@@ -6,5 +6,5 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 # HDF5 file locks break on many shared filesystems; shards are read-only once written anyway.
 export HDF5_USE_FILE_LOCKING=FALSE
-# One BLAS/OpenMP thread per rank: ranks are the unit of parallelism (DESIGN.md §5).
+# One BLAS/OpenMP thread per rank: ranks are the unit of parallelism (ARCHITECTURE.md §13).
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}

@@ -1,4 +1,4 @@
-// fnvlp-pretrain: ALBEF-style pretraining over MPI ranks (DESIGN.md §1-3).
+// fnvlp-pretrain: ALBEF-style pretraining over MPI ranks (ARCHITECTURE.md §1, §5, §7).
 #include <cxxopts.hpp>
 #include <iostream>
 

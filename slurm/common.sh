@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Sourced by every script in slurm/: resolved settings, logging, the rank launcher, sbatch helpers
-# and the job waiter. DESIGN.md §4: set -euo pipefail, logs/%x-%j.out, the git commit in every
+# and the job waiter. ARCHITECTURE.md §12: set -euo pipefail, logs/%x-%j.out, the git commit in every
 # log, srun --mpi=pmix (mpirun fallback), sbatch --parsable + --dependency=afterok:ID.
 #
 # Every size, path and resource is an environment variable with a default that depends on

@@ -14,7 +14,7 @@
 #       (goal C++ >= 1.3x) and torch.compile with inductor (goal >= 1.0x; compilation stays in
 #       the untimed warm-up steps). Its Python is FNVLP_TWIN_PY, else env/install-gpu.sh's venv;
 #       without one that imports torch 2.x, h5py and yaml these rows say SKIPPED and why.
-# One libtorch/BLAS thread per process (DESIGN.md §5; env/mpi-env.sh exports the variables); in
+# One libtorch/BLAS thread per process (ARCHITECTURE.md §13; env/mpi-env.sh exports the variables); in
 # (b) and (c) each fnvlp rank is bound to cores/ranks cores (its prefetch thread beside the
 # compute thread), as the PyTorch side's processes share the whole machine.
 # Every round line also shows the CPU share other processes took from the machine meanwhile

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The baseline for tests/bench: fnvlp-shard's job written plainly in Python with Debian's
-python3-pil, python3-h5py and numpy. Same input, same outputs (shards with the DESIGN.md schema,
+python3-pil, python3-h5py and numpy. Same input, same outputs (shards with the ARCHITECTURE.md §2 schema,
 chunked + Fletcher32, sha256, manifest), single process, as a user would write it."""
 import argparse
 import hashlib

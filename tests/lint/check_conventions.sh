@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest lint.conventions: the DESIGN.md rules a compiler does not check.
+# ctest lint.conventions: the ARCHITECTURE.md §12 rules a compiler does not check.
 #  1. mpi.h is included only inside src/fnvlp/comm/, and no MPI_ name is used outside it (Comm's
 #     own tests, tests/mpi/test_comm.cpp, excepted).
 #  2. Rooms include only the rooms below them (ROOM_DEPS); train/ and eval/ meet in store/, and
@@ -48,7 +48,7 @@ for f in "${code[@]}"; do
   room=${f#src/fnvlp/}
   room=${room%%/*}
   if [ -z "${ROOM_DEPS[$room]+set}" ]; then
-    problem "$f: room $room/ is not in ROOM_DEPS of $0 (DESIGN.md §1 lists the rooms)"
+    problem "$f: room $room/ is not in ROOM_DEPS of $0 (ARCHITECTURE.md §3 lists the rooms)"
     continue
   fi
   while read -r inc; do

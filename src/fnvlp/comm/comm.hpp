@@ -1,5 +1,5 @@
 #pragma once
-// Comm: the only place MPI is called (DESIGN.md §4). It owns a duplicated communicator with
+// Comm: the only place MPI is called (ARCHITECTURE.md §12). It owns a duplicated communicator with
 // MPI_ERRORS_RETURN, so MPI failures become fnvlp::Error exceptions instead of silent aborts.
 // mpi.h stays inside comm/: callers name reductions by ReduceOp and element types by their C++
 // type; comm/native.hpp hands the MPI communicator to the tests of Comm itself.

@@ -1,6 +1,6 @@
 #pragma once
 // The MPI communicator behind a Comm. Only comm/ and the tests of Comm itself include this: the
-// rest of fnvlp never sees mpi.h (DESIGN.md §4).
+// rest of fnvlp never sees mpi.h (ARCHITECTURE.md §12).
 #include <mpi.h>
 
 #include "fnvlp/comm/comm.hpp"

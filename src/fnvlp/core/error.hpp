@@ -1,6 +1,6 @@
 #pragma once
 // Errors are exceptions that carry the source location where they were raised, so a failure on
-// any rank names file:line in its log before the job aborts (DESIGN.md §4).
+// any rank names file:line in its log before the job aborts (ARCHITECTURE.md §10, §12).
 #include <sstream>
 #include <stdexcept>
 #include <string>

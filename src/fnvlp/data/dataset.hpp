@@ -1,5 +1,5 @@
 #pragma once
-// Random access to a sharded dataset (DESIGN.md §2) by global pair_id, as torch tensors.
+// Random access to a sharded dataset (ARCHITECTURE.md §2) by global pair_id, as torch tensors.
 //
 // The manifest is validated once when the dataset is opened (shard files present with the
 // manifest's size, pair ranges tiling [0, N), every shard's attributes and image rows matching);

@@ -1,5 +1,5 @@
 #pragma once
-// Batch composition (DESIGN.md §3). The dataset's pairs [0, N) are split into one contiguous block
+// Batch composition (ARCHITECTURE.md §7). The dataset's pairs [0, N) are split into one contiguous block
 // per rank; a rank builds its batches only from pairs of its own block, so per-anchor state
 // (GloFND's λ and moments) lives on exactly one rank and never travels per step.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// The shard file format (DESIGN.md §2): one HDF5 file per shard, read-only once written.
+// The shard file format (ARCHITECTURE.md §2): one HDF5 file per shard, read-only once written.
 //   root attributes: fnvlp_schema, created_by, image_size, max_len, vocab_sha256, num_pairs
 //   images     uint8 [n_images, H, W, 3]   each distinct image of the shard stored once
 //   pair_image int64 [n_pairs]             row in images

@@ -1,5 +1,5 @@
 #pragma once
-// fnvlp-shard: image-caption inputs -> checksummed HDF5 shards + manifest (DESIGN.md §2).
+// fnvlp-shard: image-caption inputs -> checksummed HDF5 shards + manifest (ARCHITECTURE.md §2).
 #include <cstdint>
 #include <string>
 

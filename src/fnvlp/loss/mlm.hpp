@@ -4,7 +4,7 @@
 // mlm_probability: ALBEF 0.15, FALCON 0.5); of the selected, 80% become [MASK], 10% a random
 // vocabulary token and 10% stay unchanged. [PAD]/[CLS]/[SEP] (never_mask) and positions outside
 // the attention mask are never selected. Vocabulary logits are computed only at the selected
-// positions (DESIGN.md §5), so the masking returns their flat indices.
+// positions (ARCHITECTURE.md §5), so the masking returns their flat indices.
 #include <torch/torch.h>
 
 #include <cstdint>

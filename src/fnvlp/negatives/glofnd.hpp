@@ -11,7 +11,7 @@
 // against text negatives, λ_T[i] for text anchor i against image negatives. Negatives with
 // sim > λ_i leave the contrastive denominator (eq. 3: S̃_i⁻ = {x ∈ S_i⁻ : sim ≤ λ_i}).
 //
-// Partitioned state (DESIGN.md §3): a rank holds λ, the Adam moments and the update count only
+// Partitioned state (ARCHITECTURE.md §7): a rank holds λ, the Adam moments and the update count only
 // for the pairs of its own block, the only anchors it ever puts in its batches, so λ never
 // travels per step and memory is O(N / R) per rank. Bias correction uses each anchor's own
 // update count (an anchor is updated once per epoch, a global step counter would over-correct).

@@ -2,7 +2,7 @@
 // Grouped mini-batch sampling (GRIT-VLP's grouping, FALCON's quantile-based construction and the
 // quantile heuristics of falcon.txt §3.1, App. C.1–C.3) as a fnvlp::data::Sampler.
 //
-// Epoch layout for rank r with block P_r (DESIGN.md §3):
+// Epoch layout for rank r with block P_r (ARCHITECTURE.md §7):
 //  - Without cached embeddings for the epoch (always epoch 0, the warm start of App. C.2) the epoch
 //    is uniform, batch for batch identical to UniformSampler (it delegates to one).
 //  - With embeddings (set_embeddings(e, img, txt): the rank's block embedded at the end of epoch

@@ -1,5 +1,5 @@
 #pragma once
-// Kokkos kernels of the offline similarity statistics (DESIGN.md §1, §4): per-row exact k-th
+// Kokkos kernels of the offline similarity statistics (ARCHITECTURE.md §11): per-row exact k-th
 // largest over a stream of similarity tiles, a fine histogram for the m-quantile profile, and
 // counts above per-row thresholds. Every kernel takes its execution space first, is labelled
 // "fnvlp::similarity::...", and only touches views of that space's memory.

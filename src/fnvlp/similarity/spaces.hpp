@@ -1,5 +1,5 @@
 #pragma once
-// The one place the similarity kernels learn where they run (DESIGN.md §4). Debian's Kokkos (3.4)
+// The one place the similarity kernels learn where they run (ARCHITECTURE.md §8, §11). Debian's Kokkos (3.4)
 // has only the Serial backend; env/install-kokkos.sh builds Kokkos 3.4.01 with OpenMP or CUDA, and
 // on clusters the same code builds against the site's Kokkos. The simstat driver runs on the
 // default execution space (Params::host: the host space). Where that space can run host code

@@ -1,5 +1,5 @@
 #pragma once
-// Checkpoints (DESIGN.md §2): RUN/checkpoints/step-NNNNNNN/, committed by a COMMITTED marker
+// Checkpoints (ARCHITECTURE.md §9): RUN/checkpoints/step-NNNNNNN/, committed by a COMMITTED marker
 // written last, with RUN/checkpoints/latest a symlink to the newest committed one.
 //
 // Save protocol (CheckpointManager::save, collective):

@@ -1,5 +1,5 @@
 #pragma once
-// The run directory (DESIGN.md §2):
+// The run directory (ARCHITECTURE.md §9):
 //
 //   RUN/config.yaml         resolved config (rank 0, temp + rename)
 //   RUN/metrics.jsonl       one JSON object per logged step (rank 0, flushed per line)

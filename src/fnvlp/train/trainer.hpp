@@ -1,6 +1,6 @@
 #pragma once
 // fnvlp-pretrain's loop: ALBEF-style ITC + ITM + MLM, data parallel over Comm, with the run
-// directory, checkpoints, preemption, watchdog and non-finite guards of DESIGN.md §2-3.
+// directory, checkpoints, preemption, watchdog and non-finite guards of ARCHITECTURE.md §9-10.
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
