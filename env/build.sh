@@ -4,7 +4,8 @@
 # libtorch that env/install-gpu.sh installs, or the one Torch_DIR names (a cluster's own).
 # FNVLP_KOKKOS=openmp|cuda: simstat's kernels on a Kokkos with that backend (env/install-kokkos.sh;
 # cuda needs FNVLP_GPU=1) rather than Debian's Serial one, into ${FNVLP_BUILD_DIR:-...-kokkos-KIND};
-# a cluster's own Kokkos: Kokkos_DIR in FNVLP_CMAKE_ARGS instead.
+# a cluster's own Kokkos: Kokkos_DIR in FNVLP_CMAKE_ARGS instead. FNVLP_BUILD_TARGETS="a b": only
+# those targets.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 gpu_args=()
@@ -36,4 +37,6 @@ export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${FNVLP_BUILD_TYPE:-Release}" \
   ${FNVLP_SHARED_DIR:+-DFNVLP_SHARED_DIR="$FNVLP_SHARED_DIR"} "${gpu_args[@]}" "${kokkos_args[@]}" \
   ${FNVLP_CMAKE_ARGS:-}
-cmake --build "$build" -j "$jobs"
+# FNVLP_BUILD_TARGETS: only these targets (a leg that runs a few tests), else everything.
+# shellcheck disable=SC2086
+cmake --build "$build" -j "$jobs" ${FNVLP_BUILD_TARGETS:+--target $FNVLP_BUILD_TARGETS}

@@ -24,9 +24,12 @@ fi
 # kernels on 2 threads per rank; with the GPU configuration, CUDA: the Kokkos sources compiled by
 # nvcc (the device path checked by the compiler), their tests Skipped without a GPU, the named
 # failure without one checked, and sm_80 and sm_90 code in the Kokkos library and fnvlp-simstat
-# (kokkos.cuda_arch: Kokkos aborts on Hopper without sm_90 code). Past the legs above (ccache), about 1 and 4-8 minutes here: the CUDA
-# one compiles its nvcc sources and those under its own precompiled torch header again.
+# (kokkos.cuda_arch: Kokkos aborts on Hopper without sm_90 code). Past the legs above (ccache),
+# about 1 and 4-8 minutes here: the CUDA one compiles its nvcc sources and those under its own
+# precompiled torch header again.
 kokkos_rc=0
+# What label kokkos runs: not the whole build again (the executables, the other test programs).
+kokkos_targets="fnvlp_unit_tests fnvlp_simstat_mpi_tests fnvlp-simstat"
 [ "${FNVLP_SKIP_KOKKOS:-0}" = 1 ] || bash "$root/env/install-kokkos.sh" openmp >/dev/null || kokkos_rc=$?
 if [ "$kokkos_rc" = 3 ]; then
   echo "SKIPPED: the Kokkos legs (label kokkos): Kokkos's source could not be downloaded from PyPI"
@@ -34,11 +37,13 @@ elif [ "$kokkos_rc" != 0 ]; then
   exit "$kokkos_rc"
 elif [ "${FNVLP_SKIP_KOKKOS:-0}" != 1 ]; then
   omp_build=${FNVLP_KOKKOS_BUILD_DIR:-$root/build-kokkos-openmp}
-  FNVLP_KOKKOS=openmp FNVLP_BUILD_DIR="$omp_build" bash "$root/env/build.sh"
+  FNVLP_KOKKOS=openmp FNVLP_BUILD_DIR="$omp_build" FNVLP_BUILD_TARGETS="$kokkos_targets" \
+    bash "$root/env/build.sh"
   (cd "$omp_build" && ctest --output-on-failure --timeout 900 -L kokkos)
   if [ "${FNVLP_SKIP_GPU_BUILD:-0}" != 1 ]; then
     cuda_build=${FNVLP_KOKKOS_CUDA_BUILD_DIR:-$root/build-gpu-kokkos-cuda}
-    FNVLP_GPU=1 FNVLP_KOKKOS=cuda FNVLP_BUILD_DIR="$cuda_build" bash "$root/env/build.sh"
+    FNVLP_GPU=1 FNVLP_KOKKOS=cuda FNVLP_BUILD_DIR="$cuda_build" \
+      FNVLP_BUILD_TARGETS="$kokkos_targets fnvlp_cuda_arch_fixture" bash "$root/env/build.sh"
     (cd "$cuda_build" && ctest --output-on-failure --timeout 900 -L kokkos)
   fi
 fi
