@@ -75,8 +75,9 @@ std::string Trainer::static_step_refusal() const {
     return "train.cuda_graphs needs train.device=cuda (the device is " + device_.device.str() + ")";
   if (cfg_.train.cuda_graphs && comm_.size() > 1)
     return "train.cuda_graphs with " + std::to_string(comm_.size()) +
-           " ranks: the device collectives end in a host wait, which a graph capture forbids; "
-           "run with train.cuda_graphs=false (train.static_step=true keeps the static step)";
+           " ranks: the gradient and feature collectives are not captured (NCCL's watch events "
+           "and the MPI fallback's host copies are outside a graph); run with "
+           "train.cuda_graphs=false (train.static_step=true keeps the static step)";
   return "";
 }
 
