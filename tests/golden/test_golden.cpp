@@ -478,8 +478,8 @@ TEST_F(GoldenStep, ClipNorm) {
   Worst worst{"clip norm of step 0 (relative)", tol_.clip_norm};
   worst.see(rel(got, ref), "FlatGradients::clip_scale");
   EXPECT_LE(rel(got, ref), tol_.clip_norm)
-      << "gradient norm before clipping (FlatGradients::clip_scale): fnvlp "
-      << std::setprecision(9) << got << ", PyTorch clip_grad_norm_ " << ref;
+      << "gradient norm before clipping (FlatGradients::clip_scale): fnvlp " << std::setprecision(9)
+      << got << ", PyTorch clip_grad_norm_ " << ref;
 }
 
 TEST_F(GoldenStep, TenAdamWSteps) {

@@ -1,6 +1,6 @@
-// GloFND's partitioned state (ARCHITECTURE.md §7) at np 1, 2 and 4: every rank updates only the λ of
-// its own block, and the union of the ranks' λ equals a single process updating all anchors
-// from the same similarities.
+// GloFND's partitioned state (ARCHITECTURE.md §7) at np 1, 2 and 4: every rank updates only the λ
+// of its own block, and the union of the ranks' λ equals a single process updating all anchors from
+// the same similarities.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

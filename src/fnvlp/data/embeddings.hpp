@@ -1,6 +1,6 @@
 #pragma once
-// RUN/embeddings/epoch-EEE.h5 (ARCHITECTURE.md §2), the file fnvlp-simstat reads: one row per pair in
-// pair_id order, image_emb / text_emb float32 [N, D] (L2-normalised projected [CLS]), pair_id,
+// RUN/embeddings/epoch-EEE.h5 (ARCHITECTURE.md §2), the file fnvlp-simstat reads: one row per pair
+// in pair_id order, image_emb / text_emb float32 [N, D] (L2-normalised projected [CLS]), pair_id,
 // image_id, label, and the GloFND thresholds when that method ran.
 #include <cstdint>
 #include <string>

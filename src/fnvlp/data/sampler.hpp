@@ -1,6 +1,6 @@
 #pragma once
-// Batch composition (ARCHITECTURE.md §7). The dataset's pairs [0, N) are split into one contiguous block
-// per rank; a rank builds its batches only from pairs of its own block, so per-anchor state
+// Batch composition (ARCHITECTURE.md §7). The dataset's pairs [0, N) are split into one contiguous
+// block per rank; a rank builds its batches only from pairs of its own block, so per-anchor state
 // (GloFND's λ and moments) lives on exactly one rank and never travels per step.
 //
 // A Sampler yields the pair_ids of this rank's next batch. Every rank must run the same number of

@@ -1,7 +1,7 @@
 #pragma once
 // BERT WordPiece tokenizer with bert-base-uncased behaviour (HuggingFace BertTokenizer with
-// do_lower_case=True): the ids it produces go into shards (ARCHITECTURE.md §2, `tokens`) and must be
-// the ones ALBEF's text encoder was trained on. tests/bench/wordpiece.py is an independent
+// do_lower_case=True): the ids it produces go into shards (ARCHITECTURE.md §2, `tokens`) and must
+// be the ones ALBEF's text encoder was trained on. tests/bench/wordpiece.py is an independent
 // Python reference that the unit test compares against. Known difference from HuggingFace:
 // special-token strings inside the text ("[MASK]") are split like other text (Google BERT's
 // behaviour), not kept whole.

@@ -11,8 +11,8 @@
 // against text negatives, λ_T[i] for text anchor i against image negatives. Negatives with
 // sim > λ_i leave the contrastive denominator (eq. 3: S̃_i⁻ = {x ∈ S_i⁻ : sim ≤ λ_i}).
 //
-// Partitioned state (ARCHITECTURE.md §7): a rank holds λ, the Adam moments and the update count only
-// for the pairs of its own block, the only anchors it ever puts in its batches, so λ never
+// Partitioned state (ARCHITECTURE.md §7): a rank holds λ, the Adam moments and the update count
+// only for the pairs of its own block, the only anchors it ever puts in its batches, so λ never
 // travels per step and memory is O(N / R) per rank. Bias correction uses each anchor's own
 // update count (an anchor is updated once per epoch, a global step counter would over-correct).
 // The state is saved per global pair_id (store/checkpoint.hpp: save_per_pair), so a run resumes

@@ -1,6 +1,6 @@
 #pragma once
-// fnvlp-simstat: offline false-negative statistics over an embeddings file (ARCHITECTURE.md §2, §11):
-// per anchor (image against all texts, text against all images; a pair sharing the anchor's
+// fnvlp-simstat: offline false-negative statistics over an embeddings file (ARCHITECTURE.md §2,
+// §11): per anchor (image against all texts, text against all images; a pair sharing the anchor's
 // image_id is a positive, never a negative):
 //   threshold  the exact k-th largest negative similarity, k = ceil(alpha * n_neg) clamped to
 //              [1, n_neg] (the exact (1 - alpha)-quantile GloFND's lambda approximates); NaN

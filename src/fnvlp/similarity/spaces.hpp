@@ -1,8 +1,8 @@
 #pragma once
-// The one place the similarity kernels learn where they run (ARCHITECTURE.md §8, §11). Debian's Kokkos (3.4)
-// has only the Serial backend; env/install-kokkos.sh builds Kokkos 3.4.01 with OpenMP or CUDA, and
-// on clusters the same code builds against the site's Kokkos. The simstat driver runs on the
-// default execution space (Params::host: the host space). Where that space can run host code
+// The one place the similarity kernels learn where they run (ARCHITECTURE.md §8, §11). Debian's
+// Kokkos (3.4) has only the Serial backend; env/install-kokkos.sh builds Kokkos 3.4.01 with OpenMP
+// or CUDA, and on clusters the same code builds against the site's Kokkos. The simstat driver runs
+// on the default execution space (Params::host: the host space). Where that space can run host code
 // (Serial, OpenMP) it takes the fast path: similarities from a host BLAS GEMM, AVX2 chunk tests.
 // Elsewhere (CUDA, HIP, SYCL) it takes the generic path: similarities from a Kokkos kernel in the
 // space's memory, the portable chunk test. The choice is made at compile time (kOnHost), so a
