@@ -64,49 +64,6 @@ void broadcast_module(const Comm& comm, torch::nn::Module& module, int root) {
   for (auto& b : module.buffers()) bcast_tensor(comm, b, root);
 }
 
-int allreduce_gradients(const Comm& comm, const std::vector<torch::Tensor>& params,
-                        size_t bucket_bytes) {
-  torch::NoGradGuard no_grad;
-  const bool single = comm.size() == 1;
-  const size_t bucket_elems = std::max<size_t>(1, bucket_bytes / sizeof(float));
-  std::vector<float> bucket;
-  if (!single) bucket.reserve(bucket_elems);
-  std::vector<torch::Tensor> members;
-  int calls = 0;
-  const float inv = 1.0f / static_cast<float>(comm.size());
-  auto flush = [&] {
-    if (members.empty()) return;
-    comm.allreduce_sum(bucket);
-    ++calls;
-    size_t off = 0;
-    for (auto& g : members) {
-      const auto n = static_cast<size_t>(g.numel());
-      auto src = torch::from_blob(bucket.data() + off, g.sizes(), torch::kFloat);
-      g.copy_(src).mul_(inv);
-      off += n;
-    }
-    bucket.clear();
-    members.clear();
-  };
-  for (const auto& p : params) {
-    FNVLP_CHECK(p.scalar_type() == torch::kFloat, "gradient averaging expects float32 parameters");
-    auto& grad = p.mutable_grad();
-    if (!grad.defined()) grad = torch::zeros_like(p);
-    // libtorch 2.x leaves an embedding's gradient sparse (1.13 made it dense): averaged densely.
-    if (grad.is_sparse()) grad = grad.to_dense();
-    if (single) continue;  // the average over one rank is the gradient itself: no copies
-    const auto n = static_cast<size_t>(grad.numel());
-    if (!bucket.empty() && bucket.size() + n > bucket_elems) flush();
-    auto g = grad.contiguous();
-    if (!grad.is_contiguous()) grad = g;  // keep writing into the tensor the optimizer reads
-    const float* src = g.data_ptr<float>();
-    bucket.insert(bucket.end(), src, src + n);
-    members.push_back(grad);
-  }
-  flush();
-  return calls;
-}
-
 torch::Tensor allgather_rows(const Comm& comm, const torch::Tensor& local, int64_t* offset,
                              int64_t rows_per_rank) {
   if (comm.size() == 1) {  // a copy where it lies: on a GPU no round trip, no collective's wait

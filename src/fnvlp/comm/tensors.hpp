@@ -25,15 +25,6 @@ void allreduce_sum(const Comm& comm, torch::Tensor& t);
 // after a resume, whatever each rank initialised).
 void broadcast_module(const Comm& comm, torch::nn::Module& module, int root = 0);
 
-// Averages the gradients of `params` over ranks: they are packed in a fixed order into buckets
-// of about `bucket_bytes`, summed with one allreduce per bucket, divided by the rank count and
-// unpacked. The fixed order and MPI's deterministic reduction for a fixed rank count make a
-// deterministic run bitwise repeatable. A parameter without a gradient counts as zeros (so
-// ranks never disagree on the bucket layout). Returns the number of allreduce calls (0 on one
-// rank, where the gradients are left as they are).
-int allreduce_gradients(const Comm& comm, const std::vector<torch::Tensor>& params,
-                        size_t bucket_bytes = 16u << 20);
-
 // All-gathers a float tensor [b, ...] (rows differing per rank allowed) into [B, ...] in rank
 // order, without gradient; `offset` receives the first row of this rank's block.
 // rows_per_rank >= 0: every rank passes that many rows (the caller's plan: the training step's

@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "fnvlp/comm/flat_gradients.hpp"
 #include "fnvlp/model/autocast.hpp"
 #include "fnvlp/store/checkpoint.hpp"
 
@@ -54,10 +55,11 @@ void FalconMethod::after_step(StepContext& s) {
                 .item<double>();
   }
   const double reward = s.mlm_plain - after;
+  // The policy's gradients as one buffer, averaged over the ranks as the model's are.
+  FlatGradients policy_grads(falcon_->parameters());
   falcon_->loss_backward(reward, draws_);
-  auto params = falcon_->parameters();
   s.clock.lap(StepClock::kFalcon);
-  allreduce_gradients(env_.comm, params);  // also where this rank waits for the slower one
+  policy_grads.allreduce_mean(env_.comm);  // also where this rank waits for the slower one
   s.clock.lap(StepClock::kComm);
   falcon_->step();
   reward_window_[0] += reward;

@@ -1,9 +1,12 @@
-#include "fnvlp/train/grad_sync.hpp"
+#include "fnvlp/comm/flat_gradients.hpp"
 
 #include <algorithm>
 #include <limits>
 
-namespace fnvlp::train {
+#include "fnvlp/comm/tensors.hpp"
+#include "fnvlp/core/error.hpp"
+
+namespace fnvlp {
 
 FlatGradients::FlatGradients(std::vector<torch::Tensor> params) : params_(std::move(params)) {
   int64_t total = 0;
@@ -91,4 +94,4 @@ int FlatGradients::allreduce_mean(const Comm& comm, size_t chunk_elems) {
   return calls;
 }
 
-}  // namespace fnvlp::train
+}  // namespace fnvlp
