@@ -5,7 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "fnvlp/comm/flat_gradients.hpp"
+#include "fnvlp/comm/tensors.hpp"
 #include "fnvlp/model/autocast.hpp"
 #include "fnvlp/store/checkpoint.hpp"
 
@@ -55,11 +55,16 @@ void FalconMethod::after_step(StepContext& s) {
                 .item<double>();
   }
   const double reward = s.mlm_plain - after;
-  // The policy's gradients as one buffer, averaged over the ranks as the model's are.
-  FlatGradients policy_grads(falcon_->parameters());
   falcon_->loss_backward(reward, draws_);
   s.clock.lap(StepClock::kFalcon);
-  policy_grads.allreduce_mean(env_.comm);  // also where this rank waits for the slower one
+  // The policy's few small gradients averaged over the ranks, one sum each (also where this rank
+  // waits for the slower one). Not FlatGradients: the policy's optimizer detaches its gradients
+  // in zero_grad, which views of a flat buffer refuse.
+  if (env_.comm.size() > 1)
+    for (auto& p : falcon_->parameters()) {
+      allreduce_sum(env_.comm, p.mutable_grad());
+      p.mutable_grad().mul_(1.0f / static_cast<float>(env_.comm.size()));
+    }
   s.clock.lap(StepClock::kComm);
   falcon_->step();
   reward_window_[0] += reward;
