@@ -9,12 +9,14 @@
 #
 # Usage (root, CAP_NET_ADMIN): tests/bench/bench_buckets.sh BUILD_DIR [OUT]
 # Environment: PRESET (small), STEPS (24), BATCH (8), ROUNDS (2), RATE (empty; e.g. 10gbit: a
-# netem rate limit on each node's link, the namespaces' own veth, to emulate a slower network).
+# token-bucket rate limit (tc tbf; this kernel has no netem) on each node's link, the namespaces'
+# own veth, to emulate a slower network).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bin=$(cd "$1" && pwd)
 out=${2:-/tmp/fnvlp-bench-buckets}
 preset=${PRESET:-small} steps=${STEPS:-24} batch=${BATCH:-8} rounds=${ROUNDS:-2}
+source "$root/env/mpi-env.sh"
 export FNVLP_SLURM_NODES=2 HDF5_USE_FILE_LOCKING=FALSE
 ls=$root/env/local-slurm.sh
 bash "$ls" start >/dev/null
@@ -33,7 +35,7 @@ mpirun --oversubscribe -np 2 "$bin/data_prep/fnvlp-shard" --input "$work/synth/c
 if [ -n "${RATE:-}" ]; then
   for n in 1 2; do
     dev=$(ip netns exec "fnvlp-n$n" ip -o link show | awk -F': ' '$2 != "lo" {print $2; exit}')
-    ip netns exec "fnvlp-n$n" tc qdisc replace dev "${dev%@*}" root netem rate "$RATE"
+    ip netns exec "fnvlp-n$n" tc qdisc replace dev "${dev%@*}" root tbf rate "$RATE" burst 1mb latency 100ms
   done
 fi
 : >"$out/bench_buckets.jsonl"

@@ -129,9 +129,17 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
   model_->to(device_.device);
   params_ = model_->parameters();
   grads_ = std::make_unique<FlatGradients>(params_);
-  if (cfg_.comm.bucket_mb > 0 && GradBuckets::applies(comm_, grads_->buffer(), nccl_.get()))
-    buckets_ = std::make_unique<GradBuckets>(comm_, *grads_, params_, cfg_.comm.bucket_mb,
+  // auto (-1): buckets of 25 MiB on NCCL only; over MPI the overlap measured slower
+  // (tests/bench/README.md, "Communication overlap").
+  const double bucket_mb = cfg_.comm.bucket_mb >= 0 ? cfg_.comm.bucket_mb : (nccl_ ? 25.0 : 0.0);
+  if (bucket_mb > 0 && GradBuckets::applies(comm_, grads_->buffer(), nccl_.get()))
+    buckets_ = std::make_unique<GradBuckets>(comm_, *grads_, params_, bucket_mb,
                                              cfg_.comm.timeout_s, nccl_.get());
+  if (comm_.is_root() && comm_.size() > 1)
+    spdlog::info("pretrain: gradient all-reduce {}",
+                 buckets_ ? fmt::format("in {} buckets of ~{} MiB during the backward",
+                                        buckets_->ranges().size(), bucket_mb)
+                          : std::string("after the backward (one all-reduce)"));
   optimizer_ = make_adamw(cfg_.optim, params_);
   env_ = std::make_unique<negatives::MethodEnv>(negatives::MethodEnv{
       comm_, model_, cfg_.model, partition_, augment_, dataset_.num_pairs(), cfg_.train.batch_size,
