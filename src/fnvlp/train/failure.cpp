@@ -81,9 +81,11 @@ Oom out_of_memory_kind(const std::exception& e) {
 }
 
 // The device's memory: in use (every process's, cudaMemGetInfo), PyTorch's peak allocation and
-// reservation on it, and its total. False without a CUDA build.
+// reservation on it, and its total. False without a CUDA build or a visible device (a CUDA build
+// on a CPU node, where asking would throw inside the failure report).
 bool cuda_memory(json& oom, std::string& detail) {
 #if FNVLP_WITH_CUDA
+  if (c10::cuda::device_count() == 0) return false;
   const c10::DeviceIndex dev = c10::cuda::current_device();
   size_t free = 0, total = 0;
   if (cudaMemGetInfo(&free, &total) != cudaSuccess) (void)cudaGetLastError();
