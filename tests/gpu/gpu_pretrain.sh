@@ -98,6 +98,14 @@ PY
 }
 expect() { grep -qE -- "$1" "$2" || { tail -20 "$2"; fail "$2 lacks /$1/"; }; }
 
+# Every method, as NAME:OVERRIDES, for the equivalence cases (CPU against CUDA / NCCL).
+methods=("uniform:" "glofnd:--set negatives.method=glofnd --set negatives.alpha=0.05"
+  "fnc:--set negatives.method=fnc --set negatives.alpha=0.05"
+  "srcl:--set negatives.method=srcl" "tcl:--set loss.tcl.enabled=true"
+  "momentum:--set loss.soft_targets=momentum --set loss.queue_size=64"
+  "grit:--set sampler.kind=grit --set sampler.grit.q=1 --set train.export_embeddings=true"
+  "falcon:--set sampler.kind=falcon --set train.export_embeddings=true")
+
 case $case_ in
 no_cuda)
   make_data
@@ -113,12 +121,6 @@ no_cuda)
 equivalence)
   need_gpu
   make_data
-  methods=("uniform:" "glofnd:--set negatives.method=glofnd --set negatives.alpha=0.05"
-    "fnc:--set negatives.method=fnc --set negatives.alpha=0.05"
-    "srcl:--set negatives.method=srcl" "tcl:--set loss.tcl.enabled=true"
-    "momentum:--set loss.soft_targets=momentum --set loss.queue_size=64"
-    "grit:--set sampler.kind=grit --set sampler.grit.q=1 --set train.export_embeddings=true"
-    "falcon:--set sampler.kind=falcon --set train.export_embeddings=true")
   for m in "${methods[@]}"; do
     name=${m%%:*}
     read -r -a extra <<<"${m#*:}"
@@ -134,12 +136,6 @@ equivalence)
 equivalence2)
   need_gpus 2
   make_data
-  methods=("uniform:" "glofnd:--set negatives.method=glofnd --set negatives.alpha=0.05"
-    "fnc:--set negatives.method=fnc --set negatives.alpha=0.05"
-    "srcl:--set negatives.method=srcl" "tcl:--set loss.tcl.enabled=true"
-    "momentum:--set loss.soft_targets=momentum --set loss.queue_size=64"
-    "grit:--set sampler.kind=grit --set sampler.grit.q=1 --set train.export_embeddings=true"
-    "falcon:--set sampler.kind=falcon --set train.export_embeddings=true")
   for m in "${methods[@]}"; do
     name=${m%%:*}
     read -r -a extra <<<"${m#*:}"
