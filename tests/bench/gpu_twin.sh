@@ -36,7 +36,8 @@
 #   FNVLP_TWIN_PRECISIONS ("fp32 bf16"), FNVLP_TWIN_MODES ("eager compile"; "best" adds the
 #   best-PyTorch cells),
 #   FNVLP_TWIN_BIG_BATCH ("tiny:256 small:256"; empty: config batches only), FNVLP_TWIN_BEST
-#   (PRESET:BATCH cells of mode best, e.g. "base:32 base:64"; unset: all), FNVLP_TWIN_STEPS (20),
+#   (PRESET:BATCH cells of mode best, e.g. "base:32 base:64"; unset: all), FNVLP_TWIN_FIRST
+#   (PRESET:BATCH:PRECISION:MODE cells run first, in that order), FNVLP_TWIN_STEPS (20),
 #   FNVLP_TWIN_WARMUP (3), FNVLP_TWIN_COMPILE_WARMUP (5), FNVLP_TWIN_BUDGET (450),
 #   FNVLP_TWIN_CELL_LIMIT (120), FNVLP_TWIN_COMPILE_LIMIT (240), FNVLP_TWIN_TF32 (0),
 #   FNVLP_TWIN_PEAK_BF16 (989), FNVLP_TWIN_PEAK_FP32 (67, or 494 with TF32),
@@ -131,6 +132,12 @@ for mode in [m for m in MODES if m in modes]:
                                          "%s:%s" % (preset, batch) not in best_only):
                         continue
                     cells.append((preset, int(batch), prec, mode))
+
+# FNVLP_TWIN_FIRST: PRESET:BATCH:PRECISION:MODE cells moved to the front, in that order (the
+# comparisons a caller needs most, e.g. the best step at ALBEF's batch, before the budget runs out).
+first = [tuple(x.split(":")) for x in env("FNVLP_TWIN_FIRST", "").split()]
+first = [(p, int(b), pr, m) for p, b, pr, m in first if (p, int(b), pr, m) in cells]
+cells = first + [c for c in cells if c not in first]
 
 open(jsonl, "w").close()
 with open(log, "w") as f:
