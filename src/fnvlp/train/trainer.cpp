@@ -333,6 +333,13 @@ int Trainer::run(Watchdog& dog) {
   RunSummary s = telemetry_.summary(status, step_, skips_.total());
   s.extra["epochs_completed"] = epoch_;
   s.extra["data_wait_seconds_rank0"] = loader.wait_seconds();
+  if (graphs_ && graphs_->enabled()) {  // this process's steps: a resumed run counts anew
+    s.extra["cuda_graphs"] = {{"captured", graphs_->graphs()},
+                              {"replays", graphs_->replays()},
+                              {"warmup_steps", graphs_->eager()}};
+    spdlog::info("cuda_graphs: {} graph(s) captured, {} steps replayed, {} warm-up steps eager",
+                 graphs_->graphs(), graphs_->replays(), graphs_->eager());
+  }
   run_.write_summary(s);
   return s.exit_code;
 }
