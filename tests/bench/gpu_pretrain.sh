@@ -11,6 +11,9 @@
 # captured in CUDA graphs). A profiled cell profiles its own last 3 steps (train.profile_steps);
 # its timed windows end before them.
 #
+# With BUILD_DIR/tests/bench/bench_loader (device_pack.sh builds it), the loader alone per preset
+# and batch at 1, 4 and 8 threads first ($OUT/loader.jsonl).
+#
 # Usage: tests/bench/gpu_pretrain.sh BUILD_DIR VOCAB [OUT]   (OUT: results.jsonl, table.md, ...)
 # Environment:
 #   CELLS    PRESET:PRECISION:BATCH list ("tiny:fp32:32 tiny:bf16:32 small:fp32:32 small:bf16:32
@@ -50,9 +53,20 @@ shards() {  # shards PRESET: synthetic shards at the preset's image size, made o
     --image-size "$px" --shard-size 320 >/dev/null
 }
 
+loaded=""
 for cell in $cells; do
   IFS=: read -r preset prec batch <<<"$cell"
   shards "$preset"
+  # The loader alone (read + augmentation per batch, tests/bench/bench_loader.cpp) at this cell's
+  # batch and the step's intra-op threads and more: what the step waits for when it is faster.
+  if [ -x "$bin/tests/bench/bench_loader" ] && [[ " $loaded " != *" $preset:$batch "* ]]; then
+    loaded="$loaded $preset:$batch"
+    px=$(awk '/image_size:/ {print $2; exit}' "$root/jobs/configs/$preset.yaml")
+    for t in 1 4 8; do
+      "$bin/tests/bench/bench_loader" --data "$work/$preset-shards" --batch "$batch" \
+        --image-res "$px" --threads "$t" | tee -a "$out/loader.jsonl"
+    done
+  fi
   timed=${STEPS:-30}
   [ "$preset" != base ] || timed=${STEPS:-20}
   steps=$((timed + 10))

@@ -13,10 +13,11 @@ build=$(cd "${1:-$root/build-gpu}" && pwd)
 dir=${2:-$root/.device}
 rm -rf "$dir/build"
 mkdir -p "$dir/build/jobs" "$dir/build/data_prep" "$dir/build/tests/golden" "$dir/build/tests/mpi"
+cmake --build "$build" --target bench_loader  # the loader alone (tests/bench/gpu_pretrain.sh)
 progs=("$build"/jobs/fnvlp-pretrain "$build"/data_prep/fnvlp-synth "$build"/data_prep/fnvlp-shard
   "$build"/tests/golden/fnvlp_golden_tests "$build"/tests/mpi/fnvlp_nccl_tests
-  "$build"/analysis/fnvlp-simstat "$build"/tests/fnvlp_unit_tests)
-mkdir -p "$dir/build/analysis"
+  "$build"/analysis/fnvlp-simstat "$build"/tests/fnvlp_unit_tests "$build"/tests/bench/bench_loader)
+mkdir -p "$dir/build/analysis" "$dir/build/tests/bench"
 for p in "${progs[@]}"; do
   rel=${p#"$build"/}
   cp "$p" "$dir/build/$rel"
