@@ -87,7 +87,9 @@ for cell in $cells; do
       extra+=(--set train.profile_start=$((steps - 3)) --set train.profile_steps=3) ;;
     esac
     t0=$(date +%s.%N)
-    mpirun -np 1 "$bin/jobs/fnvlp-pretrain" --data "$work/$preset-shards" \
+    # Unbound: mpirun binds a rank to one core by default, where train.threads and the loader
+    # would share it (the twin has the machine's cores).
+    mpirun --bind-to none -np 1 "$bin/jobs/fnvlp-pretrain" --data "$work/$preset-shards" \
       --config "$root/jobs/configs/$preset.yaml" --out "$run" --set train.device="${DEVICE:-cuda}" \
       --set train.precision="$prec" --set train.batch_size="$batch" --set train.max_steps="$steps" \
       --set train.log_every=5 --set train.export_embeddings=false \

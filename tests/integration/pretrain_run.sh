@@ -8,7 +8,9 @@
 #  4. SIGKILL of every rank while checkpoints are being written leaves a committed checkpoint
 #     that --resume auto continues from, bitwise equal again;
 #  5. an exception on one rank ends every rank non-zero, promptly (no hang);
-#  6. SIGUSR2 exports the embeddings of every pair at that step and training goes on unchanged.
+#  6. SIGUSR2 exports the embeddings of every pair at that step and training goes on unchanged;
+#  7. train.threads above the CPUs a rank may run on (its affinity mask) is warned about, naming
+#     both numbers; within them it is not.
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" pretrain
@@ -120,4 +122,14 @@ assert e["skipped_steps"] == 1, e
 first, last = a[1][0], a[14][0]
 print("pretrain run: ITC %.4f -> %.4f over 14 steps; resumed runs bitwise equal" % (first, last))
 PY
+
+echo "== train.threads against the rank's affinity mask (one CPU: taskset -c 0)"
+for t in 2 1; do
+  taskset -c 0 mpirun --bind-to none -np 1 "$bin/jobs/fnvlp-pretrain" "${common[@]}" \
+    --set train.max_steps=1 --set train.threads=$t --set train.export_embeddings=false \
+    --out "$work/threads$t" >"$work/threads$t.txt" 2>&1 || { tail -5 "$work/threads$t.txt"; fail "run"; }
+done
+grep -q "train.threads is 2 but this process may run on 1 CPU" "$work/threads2.txt" ||
+  fail "no warning for 2 threads on 1 CPU"
+! grep -q "may run on" "$work/threads1.txt" || fail "a warning for 1 thread on 1 CPU"
 echo "PASS"

@@ -14,6 +14,7 @@
 #include "fnvlp/comm/job_main.hpp"
 #include "fnvlp/core/blas.hpp"
 #include "fnvlp/core/fault.hpp"
+#include "fnvlp/core/host.hpp"
 #include "fnvlp/core/log.hpp"
 #include "fnvlp/data/dataset.hpp"
 #include "fnvlp/data/embeddings.hpp"
@@ -110,6 +111,12 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
                            << " tokens exceed model.max_len " << cfg_.model.max_len);
   torch::set_num_threads(static_cast<int>(cfg_.train.threads));
   set_blas_threads(static_cast<int>(cfg_.train.threads));
+  if (const int cpus = usable_cpus(); cpus > 0 && cfg_.train.threads > cpus)
+    spdlog::warn(
+        "rank {}: train.threads is {} but this process may run on {} CPU(s) (its affinity mask, "
+        "from the launcher's binding): the threads and the loader share them. Give each rank "
+        "train.threads CPUs: srun --cpus-per-task, mpirun --bind-to none or --map-by slot:PE=N",
+        comm_.rank(), cfg_.train.threads, cpus);
   torch::manual_seed(static_cast<uint64_t>(cfg_.train.seed));
   device_ = choose_device(comm_, cfg_.train.device);
   upload_ = BatchUpload(device_.device);
