@@ -141,8 +141,10 @@ def spread(values):
 
 
 def alpha_of(tasks, default):
-    """negatives.alpha of the GloFND tasks (the last override wins, as in fnvlp-pretrain)."""
-    for seed_tasks in (tasks.get("glofnd", {}), tasks.get("fnc", {})):
+    """negatives.alpha of the GloFND tasks (the last override wins, as in fnvlp-pretrain): glofnd,
+    fnc, then the glofnd_* arms (a campaign of one such arm has neither of the first two)."""
+    arms = ["glofnd", "fnc"] + [m for m in sorted(tasks) if m.startswith("glofnd_")]
+    for seed_tasks in (tasks.get(m, {}) for m in arms):
         for task in seed_tasks.values():
             t = read_json(os.path.join(task, "task.json")) or {}
             vals = [o.split("=", 1)[1] for o in t.get("overrides", [])

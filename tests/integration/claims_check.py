@@ -132,4 +132,12 @@ with tempfile.TemporaryDirectory() as tmp:
     campaign(b, glofnd_error_s2=0.02)
     doc, _ = run(b)
     assert doc["claims"]["b"]["verdict"] == "inconclusive at this spread", doc["claims"]["b"]
+# A campaign of one glofnd_* arm (e.g. fidelity_synth_long_paper.yaml): alpha is that arm's.
+sys.path.insert(0, os.path.join(src, "analysis"))
+import claims as C  # noqa: E402
+with tempfile.TemporaryDirectory() as tmp:
+    t = os.path.join(tmp, "glofnd_paper-s1")
+    write(os.path.join(t, "task.json"), {"method": "glofnd_paper", "seed": 1,
+                                          "overrides": ["negatives.alpha=0.05"]})
+    assert C.alpha_of({"glofnd_paper": {1: t}}, 0.01) == 0.05
 print("ok   claims.py: the six verdicts of a fabricated campaign, and (b) turning inconclusive")
