@@ -179,7 +179,8 @@ def main():
     ap.add_argument("--tsv", required=True)
     ap.add_argument("--md", required=True)
     ap.add_argument("--summary", help="JSON with one sentence for fnvlp-report")
-    ap.add_argument("--table-link", help="the --md path as the report should link it")
+    ap.add_argument("--table-link", help="the --md path as the report links it, relative to the "
+                    "--summary file's folder (default: computed from the two paths)")
     ap.add_argument("--every", type=int, default=5, help="epochs between rows of the md table")
     args = ap.parse_args()
     tasks = {}
@@ -239,7 +240,8 @@ def main():
                     f"in-batch negatives in the last epoch against alpha {alpha} and its lambda was "
                     f"{at_last('glofnd', 'lam_err')} from the exact quantile (FNC's in-batch threshold "
                     f"{at_last('glofnd', 'fnc_err')}): claim (a) {g['a']}, (b) {g['b']}, (c) {g['c']}.")
-        json.dump({"sentence": sentence, "table": args.table_link or args.md, "alpha": alpha,
+        json.dump({"sentence": sentence, "table": args.table_link or os.path.relpath(
+                       args.md, os.path.dirname(os.path.abspath(args.summary))), "alpha": alpha,
                    "epochs": last + 1, "verdicts": g}, open(args.summary, "w"), indent=1)
     for cid, r in v.items():
         print(f"({cid}) {r['verdict']}")
