@@ -1,7 +1,8 @@
 // The training loader's work per batch, without a step: PairDataset::read of a random batch (the
 // HDF5 path the trainer's prefetch thread runs) and Augmenter::train of its images, timed apart.
-// At 256 px and batch 64 a GPU step takes ~70 ms (tests/bench/README.md, "GPU step"), so the
-// loader's ms per batch is what caps the GPU's samples/s. Usage: see tests/bench/bench_loader.sh.
+// A GPU step shorter than this waits for its batch (tests/bench/README.md, "GPU step").
+// Usage: bench_loader --data SHARDS [--batch 64] [--image-res 256] [--threads 1] [--batches 20]
+//        [--cache-mb 0]; one JSON line. tests/bench/gpu_pretrain.sh runs it on each preset.
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 

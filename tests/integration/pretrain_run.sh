@@ -123,9 +123,10 @@ first, last = a[1][0], a[14][0]
 print("pretrain run: ITC %.4f -> %.4f over 14 steps; resumed runs bitwise equal" % (first, last))
 PY
 
-echo "== train.threads against the rank's affinity mask (one CPU: taskset -c 0)"
+echo "== train.threads against the rank's affinity mask (one CPU, by taskset)"
+cpu=$(python3 -c 'import os; print(min(os.sched_getaffinity(0)))')
 for t in 2 1; do
-  taskset -c 0 mpirun --bind-to none -np 1 "$bin/jobs/fnvlp-pretrain" "${common[@]}" \
+  taskset -c "$cpu" mpirun --bind-to none -np 1 "$bin/jobs/fnvlp-pretrain" "${common[@]}" \
     --set train.max_steps=1 --set train.threads=$t --set train.export_embeddings=false \
     --out "$work/threads$t" >"$work/threads$t.txt" 2>&1 || { tail -5 "$work/threads$t.txt"; fail "run"; }
 done
