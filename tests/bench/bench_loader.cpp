@@ -11,12 +11,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cxxopts.hpp>
-#include <numeric>
-#include <random>
 #include <vector>
 
 #include "fnvlp/data/augment.hpp"
 #include "fnvlp/data/dataset.hpp"
+#include "fnvlp/data/sampler.hpp"
 
 namespace {
 
@@ -53,21 +52,21 @@ int main(int argc, char** argv) {
   const fnvlp::data::PairDataset ds(a["data"].as<std::string>(), opt);
   const int64_t b = a["batch"].as<int64_t>(), n = ds.num_pairs();
   const fnvlp::data::Augmenter aug(fnvlp::data::AugmentConfig{}, a["image-res"].as<int64_t>());
-  std::mt19937_64 rng(a["seed"].as<uint64_t>());
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
-  size_t at = order.size();
+  // The trainer's own sampler (one rank): the batches it would read, epoch after epoch.
+  fnvlp::data::UniformSampler sampler(fnvlp::data::BlockPartition(n, 1), b,
+                                      a["seed"].as<uint64_t>(), 0);
+  int64_t epoch = 0;
+  sampler.start_epoch(epoch);
+  if (sampler.batches_per_epoch() == 0) {
+    std::fprintf(stderr, "bench_loader: %lld pairs make no batch of %lld\n",
+                 static_cast<long long>(n), static_cast<long long>(b));
+    return 2;
+  }
   std::vector<double> read_ms, aug_ms;
   torch::Generator gen = at::detail::createCPUGenerator(1);
   for (int64_t i = -2; i < a["batches"].as<int64_t>(); ++i) {  // 2 untimed: files, caches
     std::vector<int64_t> ids;
-    while (static_cast<int64_t>(ids.size()) < b) {  // epochs of a random permutation
-      if (at == order.size()) {
-        std::shuffle(order.begin(), order.end(), rng);
-        at = 0;
-      }
-      ids.push_back(order[at++]);
-    }
+    while (!sampler.next(ids)) sampler.start_epoch(++epoch);
     auto t0 = std::chrono::steady_clock::now();
     const fnvlp::data::Batch batch = ds.read(ids);
     const double r = ms_since(t0);

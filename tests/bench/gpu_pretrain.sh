@@ -42,10 +42,12 @@ det_cells=" ${DET_CELLS-base:bf16:64} "
 profiled=" ${PROFILE-base:bf16:64:graphs base:bf16:64:eager} "
 det=${DETERMINISTIC:-false}
 
+image_size() { awk '/image_size:/ {print $2; exit}' "$root/jobs/configs/$1.yaml"; }
+
 shards() {  # shards PRESET: synthetic shards at the preset's image size, made once
   local preset=$1 px
   [ -d "$work/$preset-shards" ] && return
-  px=$(awk '/image_size:/ {print $2; exit}' "$root/jobs/configs/$preset.yaml")
+  px=$(image_size "$preset")
   mpirun --oversubscribe -np 4 "$bin/data_prep/fnvlp-synth" --out "$work/$preset-synth" --images 640 \
     --captions-per-image 1 --classes 16 --image-size "$px" --seed 1 --val-fraction 0 >/dev/null
   mpirun --oversubscribe -np 4 "$bin/data_prep/fnvlp-shard" --input "$work/$preset-synth/captions.json" \
@@ -61,10 +63,9 @@ for cell in $cells; do
   # batch and the step's intra-op threads and more: what the step waits for when it is faster.
   if [ -x "$bin/tests/bench/bench_loader" ] && [[ " $loaded " != *" $preset:$batch "* ]]; then
     loaded="$loaded $preset:$batch"
-    px=$(awk '/image_size:/ {print $2; exit}' "$root/jobs/configs/$preset.yaml")
     for t in 1 4 8; do
       "$bin/tests/bench/bench_loader" --data "$work/$preset-shards" --batch "$batch" \
-        --image-res "$px" --threads "$t" | tee -a "$out/loader.jsonl"
+        --image-res "$(image_size "$preset")" --threads "$t" | tee -a "$out/loader.jsonl"
     done
   fi
   timed=${STEPS:-30}
