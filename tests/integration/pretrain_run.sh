@@ -10,7 +10,8 @@
 #  5. an exception on one rank ends every rank non-zero, promptly (no hang);
 #  6. SIGUSR2 exports the embeddings of every pair at that step and training goes on unchanged;
 #  7. train.threads above the CPUs a rank may run on (its affinity mask) is warned about, naming
-#     both numbers; within them it is not.
+#     both numbers; within them it is not; fnvlp's own loops get the 2 threads either way (no
+#     warning that they run on fewer).
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" pretrain
@@ -133,4 +134,6 @@ done
 grep -q "train.threads is 2 but this process may run on 1 CPU" "$work/threads2.txt" ||
   fail "no warning for 2 threads on 1 CPU"
 ! grep -q "may run on" "$work/threads1.txt" || fail "a warning for 1 thread on 1 CPU"
+! grep -q "fnvlp's own loops" "$work/threads2.txt" "$work/threads1.txt" ||
+  fail "fnvlp's own loops do not run on train.threads threads"
 echo "PASS"

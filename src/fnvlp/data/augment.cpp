@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 
 #include "fnvlp/core/error.hpp"
+#include "fnvlp/core/intraop_loops.hpp"
 
 namespace fnvlp::data {
 

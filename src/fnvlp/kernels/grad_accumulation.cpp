@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "fnvlp/core/intraop_loops.hpp"
 #include "fnvlp/kernels/simd_math.hpp"
 
 namespace fnvlp {

@@ -10,6 +10,7 @@
 #include "fnvlp/core/blas.hpp"
 #include "fnvlp/core/device_copy.hpp"
 #include "fnvlp/core/error.hpp"
+#include "fnvlp/core/intraop_loops.hpp"
 #include "fnvlp/kernels/cpu_float.hpp"
 #include "fnvlp/kernels/gemm_few_rows.hpp"
 #include "fnvlp/kernels/grad_accumulation.hpp"

@@ -13,6 +13,7 @@
 
 #include "fnvlp/core/blas.hpp"
 #include "fnvlp/core/error.hpp"
+#include "fnvlp/core/intraop_loops.hpp"
 #include "fnvlp/kernels/simd_math.hpp"
 
 namespace fnvlp::model {

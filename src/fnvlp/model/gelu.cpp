@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "fnvlp/core/intraop_loops.hpp"
 #include "fnvlp/kernels/simd_math.hpp"
 
 namespace fnvlp::model {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "fnvlp/core/intraop_loops.hpp"
 #include "fnvlp/kernels/simd_math.hpp"
 
 namespace fnvlp::model {

@@ -13,7 +13,7 @@
 //   skipped_step      instead, when the step was skipped (non-finite loss on some rank): undo what
 //                     the earlier hooks changed, so a skipped step leaves the method's state as it
 //                     was (GloFND's λ moves in adjust_itc, before the finiteness check)
-//   set_epoch_embeddings / epoch_end   between epochs (grouped samplers)
+//   set_epoch_embeddings between epochs, the embeddings of the rank's block (grouped samplers)
 //   epoch_exported    between epochs, the training set's export (GloFND's exact initialisation)
 //   telemetry         named metrics of a logging window (collective)
 //   save / load       checkpoint state (per global pair_id or per rank)

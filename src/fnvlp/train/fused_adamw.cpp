@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "fnvlp/core/intraop_loops.hpp"
 #include "fnvlp/kernels/cpu_float.hpp"
 
 namespace fnvlp::train {

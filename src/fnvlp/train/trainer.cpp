@@ -15,6 +15,7 @@
 #include "fnvlp/core/blas.hpp"
 #include "fnvlp/core/fault.hpp"
 #include "fnvlp/core/host.hpp"
+#include "fnvlp/core/intraop.hpp"
 #include "fnvlp/core/log.hpp"
 #include "fnvlp/data/dataset.hpp"
 #include "fnvlp/data/embeddings.hpp"
@@ -117,6 +118,12 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
         "from the launcher's binding): the threads and the loader share them. Give each rank "
         "train.threads CPUs: srun --cpus-per-task, mpirun --bind-to none or --map-by slot:PE=N",
         comm_.rank(), cfg_.train.threads, cpus);
+  if (const int team = intraop_threads(); team != cfg_.train.threads)
+    spdlog::warn(
+        "rank {}: fnvlp's own loops (augmentation, LayerNorm, GELU, attention, MLM loss, AdamW) "
+        "run on {} thread(s), not train.threads {}: this build's OpenMP runtime is not the one "
+        "torch::set_num_threads sets (CMakeLists.txt: FNVLP_INTRAOP_SOURCES)",
+        comm_.rank(), team, cfg_.train.threads);
   torch::manual_seed(static_cast<uint64_t>(cfg_.train.seed));
   device_ = choose_device(comm_, cfg_.train.device);
   upload_ = BatchUpload(device_.device);

@@ -674,6 +674,23 @@ AugmentConfig no_augmentation() {
   return c;
 }
 
+// Images are split among the intra-op threads; each image's random draws come before the loop.
+TEST(Augment, TrainingIsTheSameOnOneAndThreeThreads) {
+  const torch::Tensor img = random_images(7, 24, 2);
+  AugmentConfig full;
+  full.color_jitter = true;
+  const Augmenter aug(full, 16);
+  auto run = [&](int threads) {
+    const int saved = at::get_num_threads();
+    at::set_num_threads(threads);
+    torch::Generator g = at::detail::createCPUGenerator(5);
+    const torch::Tensor out = aug.train(img, g);
+    at::set_num_threads(saved);
+    return out;
+  };
+  EXPECT_TRUE(torch::equal(run(1), run(3)));
+}
+
 TEST(Augment, ShapesTypesAndEvalIsPlainResizeAndNormalisation) {
   const torch::Tensor img = random_images(5, 16, 1);
   AugmentConfig full;
