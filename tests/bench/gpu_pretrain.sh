@@ -22,7 +22,7 @@
 #            ("base:bf16:32 base:bf16:64"); DET_CELLS: cells also run "det", graphs with
 #            train.deterministic=true ("base:bf16:64")
 #   PROFILE  CELL:MODE list profiled in-run ("base:bf16:64:graphs base:bf16:64:eager")
-#   STEPS    timed steps (30; base 20) after 10 untimed ones
+#   STEPS    timed steps (30; base 20) after 10 untimed ones; THREADS train.threads (4)
 #   TWIN     1: the twin's cells (eager for every cell; best for TWIN_BEST, "base:32 base:64");
 #            TWIN_BUDGET seconds for them (240), TWIN_FIRST the cells run first (base bf16 at
 #            64 and 32, eager and best)
@@ -94,12 +94,13 @@ for cell in $cells; do
       --config "$root/jobs/configs/$preset.yaml" --out "$run" --set train.device="${DEVICE:-cuda}" \
       --set train.precision="$prec" --set train.batch_size="$batch" --set train.max_steps="$steps" \
       --set train.log_every=5 --set train.export_embeddings=false \
-      --set checkpoint.every_steps=0 --set train.threads=4 --set train.prefetch=4 "${extra[@]}" \
+      --set checkpoint.every_steps=0 --set train.threads="${THREADS:-4}" --set train.prefetch=4 \
+      "${extra[@]}" \
       >"$run.txt" 2>&1 || { tail -20 "$run.txt"; echo "FAIL: $cell $mode"; continue; }
     "$py" - "$run" "$preset" "$prec" "$batch" "$mode" "$t0" "$((steps - 3 * profile))" \
-      >>"$out/results.jsonl" <<'PY'
+      "${THREADS:-4}" >>"$out/results.jsonl" <<'PY'
 import json, statistics, sys, time
-run, preset, prec, batch, mode, t0, last = sys.argv[1:]
+run, preset, prec, batch, mode, t0, last, threads = sys.argv[1:]
 cfg = open(run + "/config.yaml").read()
 rows = [r for r in map(json.loads, open(run + "/metrics.jsonl"))
         if "samples_per_s" in r and 10 < r["step"] <= int(last)]  # after the warm-up, before a profile
@@ -109,6 +110,7 @@ print(json.dumps({"impl": "fnvlp", "preset": preset, "precision": prec, "batch":
                   "data_wait": statistics.median(r.get("data_wait", 0) for r in rows),
                   "phase_ms": {k: round(statistics.median(r["phase_ms"][k] for r in rows), 3)
                                for k in rows[0].get("phase_ms", {})},
+                  "threads": int(threads),
                   "windows": len(rows), "wall_s": round(time.time() - float(t0), 1)}))
 PY
     tail -n 1 "$out/results.jsonl"

@@ -29,7 +29,8 @@ source /tmp/fnvlp-prefix/activate.sh /tmp/fnvlp-prefix
 export LD_LIBRARY_PATH=$site/torch/lib:$site/nvidia/nccl/lib:$site/nvidia/cu13/lib:/usr/local/cuda/lib64:$LD_LIBRARY_PATH
 export OMP_NUM_THREADS=1 HDF5_USE_FILE_LOCKING=FALSE OMPI_ALLOW_RUN_AS_ROOT=1 \
   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-bin=$dir/build
+# DEVICE_BIN: another build's programs (an A/B in one call) against the same runtime prefix.
+bin=${DEVICE_BIN:-$dir/build}
 nvidia-smi -L
 "$FNVLP_PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 if ldd "$bin/jobs/fnvlp-pretrain" | grep 'not found'; then
