@@ -76,6 +76,13 @@ fnvlp_alloc_gpus() {
 # where another value is dropped with a line on stderr). The callers pass these before
 # FNVLP_PRETRAIN_SET / FNVLP_FT_SET, whose keys win (e.g. comm.backend=mpi for a build without
 # NCCL).
+fnvlp_thread_overrides() {
+  # The job's CPUs per rank become the rank's threads (train.threads: augmentation on the loader
+  # thread, fnvlp's and libtorch's CPU loops), as "train.threads=N"; nothing outside a job
+  # with --cpus-per-task. Before FNVLP_PRETRAIN_SET / FNVLP_FT_SET, whose train.threads wins.
+  [ -z "${SLURM_CPUS_PER_TASK:-}" ] || printf 'train.threads=%s\n' "$SLURM_CPUS_PER_TASK"
+}
+
 fnvlp_device_overrides() {
   local gpus why dev
   read -r gpus why <<<"$(fnvlp_alloc_gpus)"
@@ -551,6 +558,7 @@ fnvlp_pretrain() {
   dev=$(fnvlp_device_overrides) || exit 1
   fnvlp_log "device: $dev"
   for kv in $dev; do args+=(--set "$kv"); done
+  for kv in $(fnvlp_thread_overrides); do args+=(--set "$kv"); done
   [ -z "$FNVLP_STEPS" ] || args+=(--set "train.max_steps=$FNVLP_STEPS")
   [ -z "$FNVLP_BATCH" ] || args+=(--set "train.batch_size=$FNVLP_BATCH")
   [ -z "$FNVLP_WARMUP" ] || args+=(--set "optim.warmup_steps=$FNVLP_WARMUP")

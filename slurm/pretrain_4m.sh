@@ -24,7 +24,8 @@
 # the allocation the ranks train with train.device=cuda comm.backend=nccl, without (a CPU cluster:
 # `sbatch --gpus-per-node=0 slurm/pretrain_4m.sh`) with cpu/mpi, logged (fnvlp_device_overrides;
 # FNVLP_DEVICE=cpu|cuda forces it, FNVLP_PRECISION=bf16 sets train.precision); the jobs it chains
-# follow its allocation (FNVLP_GPUS_PER_NODE).
+# follow its allocation (FNVLP_GPUS_PER_NODE). Each rank's 12 CPUs are its train.threads (the
+# loader's augmentation and the CPU loops; fnvlp_thread_overrides).
 #SBATCH --job-name=fnvlp-pretrain-4m
 #SBATCH --nodes=4
 #SBATCH --ntasks-per-node=8

@@ -146,6 +146,7 @@ stage_finetune() {
   dev=$(fnvlp_device_overrides) || exit 1
   fnvlp_log "device: $dev"
   for kv in $dev; do args+=(--set "$kv"); done
+  for kv in $(fnvlp_thread_overrides); do args+=(--set "$kv"); done
   [ -z "$FNVLP_FT_STEPS" ] || args+=(--set "train.max_steps=$FNVLP_FT_STEPS")
   [ -z "$FNVLP_BATCH" ] || args+=(--set "train.batch_size=$FNVLP_BATCH")
   for kv in $FNVLP_FT_SET; do args+=(--set "$kv"); done

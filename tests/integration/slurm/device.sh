@@ -103,8 +103,9 @@ fi
 echo "FNVLP_DEVICE=gpu: refused"
 
 # 2. fnvlp-pretrain's arguments (the launch is stubbed): the device overrides come before
-#    FNVLP_PRETRAIN_SET (whose keys win), the choice is logged, and SRUN_CPUS_PER_TASK is the job's
-#    --cpus-per-task during the launch only.
+#    FNVLP_PRETRAIN_SET (whose keys win), and so does train.threads = the job's --cpus-per-task
+#    (none without it); the choice is logged, and SRUN_CPUS_PER_TASK is the job's --cpus-per-task
+#    during the launch only.
 mkdir -p "$tmp/bin/jobs"
 printf '#!/bin/sh\n' >"$tmp/bin/jobs/fnvlp-pretrain"
 chmod +x "$tmp/bin/jobs/fnvlp-pretrain"
@@ -116,15 +117,16 @@ run FNVLP_BUILD_DIR="$tmp/bin" FNVLP_RUN="$tmp/run" SLURM_JOB_ID=7 SLURM_GPUS_ON
 [ "$rc" -eq 0 ] || fail "fnvlp_pretrain: exit $rc: $(cat "$tmp/out" "$tmp/err")"
 grep -qx 'ranks 2 srun_cpus=12' "$tmp/out" || fail "fnvlp_pretrain: launch not with SRUN_CPUS_PER_TASK=12: $(cat "$tmp/out")"
 grep -qx 'after: srun_cpus=unset' "$tmp/out" || fail "SRUN_CPUS_PER_TASK outlived the launch: $(cat "$tmp/out")"
-grep -q -- "--set train.device=cuda --set comm.backend=nccl .*--set comm.backend=mpi\$" "$tmp/out" ||
-  fail "fnvlp_pretrain: overrides not before FNVLP_PRETRAIN_SET: $(cat "$tmp/out")"
+grep -q -- "--set train.device=cuda --set comm.backend=nccl --set train.threads=12 .*--set comm.backend=mpi\$" "$tmp/out" ||
+  fail "fnvlp_pretrain: overrides (the device, the job's 12 CPUs per rank as train.threads) not before FNVLP_PRETRAIN_SET: $(cat "$tmp/out")"
 grep -q "device: $cuda\$" "$tmp/out" || fail "fnvlp_pretrain: the device is not logged: $(cat "$tmp/out")"
-echo "fnvlp_pretrain: $cuda before FNVLP_PRETRAIN_SET, SRUN_CPUS_PER_TASK=12 for the launch only"
+echo "fnvlp_pretrain: $cuda train.threads=12 before FNVLP_PRETRAIN_SET, SRUN_CPUS_PER_TASK=12 for the launch only"
 run FNVLP_BUILD_DIR="$tmp/bin" FNVLP_RUN="$tmp/run" SLURM_JOB_ID=7 SLURM_GPUS_PER_NODE=0 -- "$launch"
 [ "$rc" -eq 0 ] || fail "fnvlp_pretrain on CPU: exit $rc: $(cat "$tmp/out" "$tmp/err")"
 grep -q -- "--set train.device=cpu --set comm.backend=mpi" "$tmp/out" ||
   fail "fnvlp_pretrain on CPU: $(cat "$tmp/out")"
 grep -qE "$fallback" "$tmp/err" || fail "fnvlp_pretrain on CPU: no fallback line: $(cat "$tmp/err")"
+! grep -q "train.threads" "$tmp/out" || fail "fnvlp_pretrain outside --cpus-per-task set train.threads: $(cat "$tmp/out")"
 echo "fnvlp_pretrain without GPUs: $cpu, fallback logged"
 
 # 3. GPU requests: the training stages only, FNVLP_GPUS_PER_NODE=0 opting out.
