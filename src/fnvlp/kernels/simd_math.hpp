@@ -1,6 +1,6 @@
 #pragma once
 // Small branch-free math for the CPU kernels' vectorised loops (model/attention.cpp,
-// model/gelu.cpp). Their translation units compile with -fopenmp-simd -fno-trapping-math
+// model/gelu.cpp). Their translation units compile with -fopenmp -fno-trapping-math
 // (CMakeLists.txt), which the `omp simd` loops and the vectorised comparisons need.
 #include <cstdint>
 
