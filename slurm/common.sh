@@ -310,7 +310,9 @@ fnvlp_log_header() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# Rank launcher: srun --mpi=pmix inside an allocation (pmix offered), mpirun otherwise.
+# Rank launcher: srun --mpi=pmix inside an allocation (pmix offered), mpirun otherwise. mpirun
+# runs unbound: Open MPI binds each rank to one core at np <= 2 (to a socket above), which would
+# put all train.threads of a rank (the job's --cpus-per-task) on that core.
 fnvlp_launcher() {
   local n=$1 mode=$FNVLP_LAUNCHER
   if [ "$mode" = auto ]; then
@@ -322,7 +324,7 @@ fnvlp_launcher() {
   fi
   case "$mode" in
     srun) echo "srun --mpi=pmix --ntasks=$n --kill-on-bad-exit=1" ;;
-    mpirun) echo "mpirun --oversubscribe -np $n" ;;
+    mpirun) echo "mpirun --oversubscribe --bind-to none -np $n" ;;
     *) fnvlp_die "FNVLP_LAUNCHER=$mode: expected auto, srun or mpirun" ;;
   esac
 }

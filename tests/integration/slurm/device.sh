@@ -4,9 +4,9 @@
 # SLURM_GPUS_PER_NODE, or CUDA_VISIBLE_DEVICES alone), else train.device=cpu comm.backend=mpi with
 # one "no GPU in this allocation" line on stderr; FNVLP_DEVICE forces it, FNVLP_PRECISION adds
 # train.precision (bf16 on GPUs only). fnvlp-pretrain gets them before FNVLP_PRETRAIN_SET, and the
-# job's CPUs per rank reach its srun step. Only pretrain and finetune ask for GPUs
-# (FNVLP_GPUS_PER_NODE; a hand-submitted pretrain_4m.sh passes on its own allocation's). SLURM
-# variables are stubbed and sbatch is a dry run: no cluster, no GPU needed.
+# job's CPUs per rank reach its srun step (its mpirun fallback runs unbound). Only pretrain and
+# finetune ask for GPUs (FNVLP_GPUS_PER_NODE; a hand-submitted pretrain_4m.sh passes on its own
+# allocation's). SLURM variables are stubbed and sbatch is a dry run: no cluster, no GPU needed.
 set -euo pipefail
 src=$1
 tmp=$(mktemp -d)
@@ -184,4 +184,20 @@ for s in pretrain finetune; do
   fi
 done
 echo "GPU requests: pretrain and finetune only (4 nodes x 8 at 4m), none with FNVLP_GPUS_PER_NODE=0"
+
+# 4. The mpirun launcher leaves a rank every CPU the job has (Open MPI alone binds a rank to one
+#    core at np <= 2, where its train.threads would share that core).
+mine=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+if [ "$(nproc)" -lt 2 ]; then
+  echo "mpirun launcher: not checked, one CPU here ($mine)"
+else
+  printf '#!/bin/sh\nsed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status\n' >"$tmp/cpus.sh"
+  for np in 1 2; do
+    run FNVLP_LAUNCHER=mpirun -- "fnvlp_run_ranks $np sh $tmp/cpus.sh"
+    [ "$rc" -eq 0 ] || fail "mpirun launcher at np $np: exit $rc: $(cat "$tmp/out" "$tmp/err")"
+    got=$(grep -v '^\[' "$tmp/out" | sort -u | tr '\n' ' ')
+    [ "$got" = "$mine " ] || fail "mpirun launcher at np $np: ranks on CPUs '$got' of $mine"
+  done
+  echo "mpirun launcher at np 1 and 2: each rank on CPUs $mine"
+fi
 echo PASS
