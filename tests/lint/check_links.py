@@ -48,7 +48,14 @@ def anchors(path):
 
 def main(root):
     os.chdir(root)
-    files = subprocess.check_output(["git", "ls-files", "*.md"], text=True).split()
+    try:
+        files = subprocess.check_output(["git", "ls-files", "*.md"], text=True,
+                                        stderr=subprocess.DEVNULL).split()
+    except (OSError, subprocess.CalledProcessError):  # a source tree without git
+        files = []
+        for d, subdirs, names in os.walk("."):
+            subdirs[:] = [s for s in subdirs if not re.match(r"(\.|build|work$|Testing$)", s)]
+            files += [os.path.relpath(os.path.join(d, n)) for n in names if n.endswith(".md")]
     broken, checked = [], 0
     for md in files:
         with open(md, encoding="utf-8") as f:
