@@ -69,6 +69,14 @@ fnvlp_alloc_gpus() {
   fi
 }
 
+# The job's CPUs per rank become the rank's threads (train.threads: augmentation on the loader
+# thread, fnvlp's and libtorch's CPU loops), as "train.threads=N"; nothing outside a job with
+# --cpus-per-task. The callers pass it before FNVLP_PRETRAIN_SET / FNVLP_FT_SET, whose
+# train.threads wins.
+fnvlp_thread_overrides() {
+  [ -z "${SLURM_CPUS_PER_TASK:-}" ] || printf 'train.threads=%s\n' "$SLURM_CPUS_PER_TASK"
+}
+
 # The --set overrides (key=value, space-separated) that put the training ranks on this
 # allocation's device: GPUs (fnvlp_alloc_gpus) give "train.device=cuda comm.backend=nccl"; none
 # give "train.device=cpu comm.backend=mpi" and one line on stderr saying so. FNVLP_DEVICE=cpu or
@@ -76,13 +84,6 @@ fnvlp_alloc_gpus() {
 # where another value is dropped with a line on stderr). The callers pass these before
 # FNVLP_PRETRAIN_SET / FNVLP_FT_SET, whose keys win (e.g. comm.backend=mpi for a build without
 # NCCL).
-fnvlp_thread_overrides() {
-  # The job's CPUs per rank become the rank's threads (train.threads: augmentation on the loader
-  # thread, fnvlp's and libtorch's CPU loops), as "train.threads=N"; nothing outside a job
-  # with --cpus-per-task. Before FNVLP_PRETRAIN_SET / FNVLP_FT_SET, whose train.threads wins.
-  [ -z "${SLURM_CPUS_PER_TASK:-}" ] || printf 'train.threads=%s\n' "$SLURM_CPUS_PER_TASK"
-}
-
 fnvlp_device_overrides() {
   local gpus why dev
   read -r gpus why <<<"$(fnvlp_alloc_gpus)"
