@@ -29,7 +29,9 @@ def fmt(v, spec, suffix=""):
 def main():
     out = sys.argv[1]
     fnvlp = rows(os.path.join(out, "results.jsonl"))
-    twin = [r for r in rows(os.path.join(out, "gpu_twin.jsonl")) if r.get("status") == "ok"]
+    # The uniform step's cells only (gpu_twin.sh adds method cells with FNVLP_TWIN_METHODS).
+    twin = [r for r in rows(os.path.join(out, "gpu_twin.jsonl"))
+            if r.get("status") == "ok" and r.get("method", "uniform") == "uniform"]
     peaks = {"bf16": float(os.environ.get("FNVLP_PEAK_BF16", "989")),
              "fp32": float(os.environ.get("FNVLP_PEAK_FP32", "67"))}
 

@@ -27,6 +27,12 @@
 # without TF32, on the non-tensor-core units; cuDNN's convolution, the patch embedding only,
 # uses TF32 by default), or 494 with FNVLP_TWIN_TF32=1 (--tf32: TF32 matmuls as well).
 #
+# Methods (FNVLP_TWIN_METHODS, default "uniform"): each cell runs once per method listed
+# (pytorch_albef.py --method uniform|glofnd|momentum, its defaults: GloFND alpha 0.01, momentum
+# queue 65536), a cell's methods one after the other, so that the budget cuts whole cells. Every
+# JSON line carries its "method"; the name and the table's mode column add it when it is not
+# uniform (e.g. "best/glofnd"), so a uniform-only run prints as before.
+#
 # Time: no cell starts once the budget (450 s) is nearly spent (eager cells need 15 s of it left,
 # compiled ones 45 s), and a running cell is killed at its time box (eager 120 s, compiled 240 s)
 # or at the budget's end, whichever comes first: the whole run ends within about 460 s.
@@ -36,8 +42,9 @@
 #   FNVLP_TWIN_PRECISIONS ("fp32 bf16"), FNVLP_TWIN_MODES ("eager compile"; "best" adds the
 #   best-PyTorch cells),
 #   FNVLP_TWIN_BIG_BATCH ("tiny:256 small:256"; empty: config batches only), FNVLP_TWIN_BEST
-#   (PRESET:BATCH cells of mode best, e.g. "base:32 base:64"; unset: all), FNVLP_TWIN_FIRST
-#   (PRESET:BATCH:PRECISION:MODE cells run first, in that order), FNVLP_TWIN_STEPS (20),
+#   (PRESET:BATCH cells of mode best, e.g. "base:32 base:64"; unset: all), FNVLP_TWIN_METHODS
+#   ("uniform"; e.g. "uniform glofnd momentum"), FNVLP_TWIN_FIRST (PRESET:BATCH:PRECISION:MODE
+#   or PRESET:BATCH:PRECISION:MODE:METHOD cells run first, in that order), FNVLP_TWIN_STEPS (20),
 #   FNVLP_TWIN_WARMUP (3), FNVLP_TWIN_COMPILE_WARMUP (5), FNVLP_TWIN_BUDGET (450),
 #   FNVLP_TWIN_CELL_LIMIT (120), FNVLP_TWIN_COMPILE_LIMIT (240), FNVLP_TWIN_TF32 (0),
 #   FNVLP_TWIN_PEAK_BF16 (989), FNVLP_TWIN_PEAK_FP32 (67, or 494 with TF32),
@@ -61,6 +68,11 @@ device = env("FNVLP_TWIN_DEVICE", "cuda")
 presets = env("FNVLP_TWIN_PRESETS", "tiny small base").split()
 precisions = env("FNVLP_TWIN_PRECISIONS", "fp32 bf16").split()
 modes = env("FNVLP_TWIN_MODES", "eager compile").split()
+methods = env("FNVLP_TWIN_METHODS", "uniform").split()
+METHODS = ("uniform", "glofnd", "momentum")
+if not methods or any(m not in METHODS for m in methods):
+    sys.exit("gpu_twin: FNVLP_TWIN_METHODS: one or more of %s, not %r" % (" ".join(METHODS),
+                                                                          " ".join(methods)))
 big = dict(x.split(":") for x in env("FNVLP_TWIN_BIG_BATCH", "tiny:256 small:256").split())
 # "best" cells only for these PRESET:BATCH (unset: every bf16 cell): each compiles for a minute.
 best_only = env("FNVLP_TWIN_BEST")
@@ -115,7 +127,7 @@ from pytorch_albef import load_config  # noqa: E402  (imports torch, creates no 
 
 configs = {p: os.path.join(root, "jobs", "configs", p + ".yaml") for p in presets}
 batch_cfg = {p: load_config(configs[p])["train"]["batch_size"] for p in presets}  # all 32 now
-cells = []  # (preset, batch, precision, mode), most wanted first
+cells = []  # (preset, batch, precision, mode, method), most wanted first
 MODES = ("eager", "best", "compile")
 for mode in [m for m in MODES if m in modes]:
     # compile: bf16 cells before fp32 ones, the budget cutting fp32 first; best: bf16 only
@@ -131,12 +143,16 @@ for mode in [m for m in MODES if m in modes]:
                     if batch is None or (mode == "best" and best_only is not None and
                                          "%s:%s" % (preset, batch) not in best_only):
                         continue
-                    cells.append((preset, int(batch), prec, mode))
+                    cells.extend((preset, int(batch), prec, mode, m) for m in methods)
 
-# FNVLP_TWIN_FIRST: PRESET:BATCH:PRECISION:MODE cells moved to the front, in that order (the
-# comparisons a caller needs most, e.g. the best step at ALBEF's batch, before the budget runs out).
-first = [tuple(x.split(":")) for x in env("FNVLP_TWIN_FIRST", "").split()]
-first = [(p, int(b), pr, m) for p, b, pr, m in first if (p, int(b), pr, m) in cells]
+# FNVLP_TWIN_FIRST: PRESET:BATCH:PRECISION:MODE[:METHOD] cells moved to the front, in that order
+# (the comparisons a caller needs most, e.g. the best step at ALBEF's batch, before the budget runs
+# out); without METHOD, the cell's every method.
+first = []
+for x in env("FNVLP_TWIN_FIRST", "").split():
+    p, b, pr, m, *meth = x.split(":")
+    first += [(p, int(b), pr, m, me) for me in (meth or methods)
+              if (p, int(b), pr, m, me) in cells and (p, int(b), pr, m, me) not in first]
 cells = first + [c for c in cells if c not in first]
 
 open(jsonl, "w").close()
@@ -151,10 +167,14 @@ def record(row):
         f.write(json.dumps(row) + "\n")
 
 
-for preset, batch, prec, mode in cells:
+def mode_name(mode, method):
+    return mode if method == "uniform" else "%s/%s" % (mode, method)
+
+
+for preset, batch, prec, mode, method in cells:
     cell = {"preset": preset, "batch": batch, "precision": prec, "mode": mode,
-            "compile": mode != "eager"}
-    name = "%s b%d %s %s" % (preset, batch, prec, mode)
+            "compile": mode != "eager", "method": method}
+    name = "%s b%d %s %s" % (preset, batch, prec, mode_name(mode, method))
     left = budget - (time.monotonic() - t_start)
     if mode != "eager" and not info["compile"]:
         record(dict(cell, status="skipped", reason="torch.compile needs PyTorch >= 2.0, this is "
@@ -170,7 +190,7 @@ for preset, batch, prec, mode in cells:
     cmd = [sys.executable, script, "--config", configs[preset],
            "--mode", "compute", "--synthetic", "--device", device, "--precision", prec,
            "--batch-size", str(batch), "--steps", str(steps),
-           "--warmup", str(warmup if mode == "eager" else compile_warmup)]
+           "--warmup", str(warmup if mode == "eager" else compile_warmup), "--method", method]
     if mode == "compile":
         cmd += ["--compile", "--compile-backend", backend]
     if mode == "best":
@@ -203,7 +223,7 @@ for preset, batch, prec, mode in cells:
         except (IndexError, ValueError):
             status = "error"
     if status == "ok":
-        record(dict(result, preset=preset, mode=mode, status="ok", cell_s=secs))
+        record(dict(result, preset=preset, mode=mode, method=method, status="ok", cell_s=secs))
         print("%-26s %8.2f ms/step %9.1f samples/s  (%.0f s)" % (
             name, result["ms_per_step"], result["samples_per_s"], secs), flush=True)
     elif status == "timeout":
@@ -223,15 +243,17 @@ def fmt(v, spec):
     return format(v, spec) if isinstance(v, (int, float)) else "-"
 
 
-print("\npreset x precision x mode, %s, PyTorch %s, %d timed steps; %s" % (
-    info.get("device_name", device) if device == "cuda" else "CPU", info["torch"], steps, jsonl))
+print("\npreset x precision x mode%s, %s, PyTorch %s, %d timed steps; %s" % (
+    "" if methods == ["uniform"] else " x method", info.get("device_name", device)
+    if device == "cuda" else "CPU", info["torch"], steps, jsonl))
 print("| preset | batch | precision | mode | ms/step | samples/s | TFLOP/s | MFU | peak GiB "
       "| warm-up s | status |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for r in sorted(rows, key=lambda r: (presets.index(r["preset"]), r["batch"],
-                                     precisions.index(r["precision"]), MODES.index(r["mode"]))):
+                                     precisions.index(r["precision"]), MODES.index(r["mode"]),
+                                     methods.index(r["method"]))):
     print("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-        r["preset"], r["batch"], r["precision"], r["mode"],
+        r["preset"], r["batch"], r["precision"], mode_name(r["mode"], r["method"]),
         fmt(r.get("ms_per_step"), ".2f"), fmt(r.get("samples_per_s"), ".1f"),
         fmt(r.get("tflops_per_s"), ".1f"),
         fmt(100 * r["mfu"], ".1f") + "%" if r.get("mfu") is not None else "-",

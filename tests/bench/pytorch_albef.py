@@ -15,6 +15,32 @@ Same computation as one step of src/fnvlp/train/trainer.cpp on one rank:
   * loss = itc + itm + mlm, AdamW (weight decay 0.02 on >= 2-d parameters), warm-up + cosine
     learning rate, gradient clipping at norm 1.
 
+False-negative methods (--method; fnvlp's negatives.method=glofnd and loss.soft_targets=momentum):
+  uniform   the step above (the default; its output is as before).
+  glofnd    GloFND (Balmaseda et al., ICML 2025, §3.1-3.3, App. D.2): a threshold lambda per image
+            anchor and per text anchor of the dataset (--num-pairs entries each, on the device;
+            init 1.0), indexed by the rows' pair ids: in --mode compute the fixed batch's 0..B-1
+            every step, in --mode epoch the split's pair indices. Each step, for each anchor, the
+            subgradient alpha - (share of its in-batch negatives, other image_id, whose detached
+            fp32 cosine exceeds lambda) takes one Adam step (lr 0.05, betas (0.9, 0.98), eps 1e-8,
+            bias correction at the anchor's own update count + 1), projected onto [-1, 1]
+            (--glofnd-alpha, 0.01); then the negatives above the updated lambda leave the ITC
+            denominator and its pseudo-targets and are not drawn as ITM negatives. Image anchors
+            threshold text columns, text anchors image columns. Tensor operations on the device,
+            no host read; under torch.compile the update is traced with the forward, while the
+            batch's rows of the dataset-sized state are gathered before it and written back after
+            it, eagerly. Extra FLOPs: one b x b cosine product (negligible).
+  momentum  ALBEF momentum distillation (Li et al. 2021 §3.3, model_pretrain.py): a momentum copy
+            of the model (eval mode, no gradient, EMA m = loss.momentum, 0.995, after each
+            optimizer step) and a queue of its ITC features (--queue-size, loss.queue_size or
+            65536; started from random unit vectors with image id -1, as ALBEF starts it).
+            ITC keys = [momentum features of the batch ; queue], targets (1 - alpha) hard (image
+            ids over every key) + alpha softmax(momentum logits), alpha = loss.soft_weight (0.4,
+            no warm-up ramp); MLM = (1 - alpha) CE + alpha soft CE against the momentum model's
+            MLM logits on the same masked input; ITM negatives from the online logits against the
+            batch's keys. The batch's momentum features are enqueued after the step. model_flops
+            counts the momentum model's forward passes and the b x (b + queue) ITC products.
+
 Modes:
   --mode compute  times --steps steps after --warmup steps on one fixed in-memory batch (pairs
                   0..B-1 of a shard directory read with h5py: the very bytes bench_step reads;
@@ -24,7 +50,7 @@ Modes:
                   via tests/bench/wordpiece.py): samples/s over --steps steps (0: one epoch),
                   timed after the first --skip steps (DataLoader start-up excluded, as a long
                   epoch amortises it).
-Prints one JSON line with the figures.
+Prints one JSON line with the figures ("method" among them, except for a plain uniform run).
 
 GPU (issue 30; PyTorch 2.x): --device cuda, --precision bf16 (torch.autocast around the forward
 and losses, fp32 weights and AdamW), --compile (torch.compile of the forward and losses), --tf32,
@@ -37,10 +63,12 @@ warmup_s (compilation included), flops_per_sample (analytic: model_flops), tflop
 against --peak-tflops, flops_per_sample_counted (FlopCounterMode over one extra eager step,
 PyTorch >= 2.1) and on CUDA peak_mem_gib (torch.cuda.max_memory_allocated over the timed steps).
 Without them the JSON is as before (tests/bench/bench_pretrain.sh reads it).
-tests/bench/gpu_twin.sh runs the preset x precision x compile matrix.
+tests/bench/gpu_twin.sh runs the preset x precision x compile matrix (x method with
+FNVLP_TWIN_METHODS); tests/bench/twin_methods_check.py checks the methods on the CPU.
 """
 import argparse
 import contextlib
+import copy
 import json
 import math
 import os
@@ -299,11 +327,16 @@ class Albef(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------- losses
-def itc_loss(img, txt, temp, image_id, alpha):
+def itc_loss(img, txt, temp, image_id, alpha, exclude_i2t=None, exclude_t2i=None):
+    """exclude_i2t / exclude_t2i (bool [b, b], optional): negatives removed from the softmax
+    denominator (GloFND); never applied to a positive (same image_id) column."""
     logits_i2t = img @ txt.t() / temp
     logits_t2i = txt @ img.t() / temp
     pos = image_id.unsqueeze(1).eq(image_id.unsqueeze(0)).float()
     hard = pos / pos.sum(1, keepdim=True)
+    if exclude_i2t is not None:
+        return filtered_itc(logits_i2t, logits_t2i, hard, pos.bool(), exclude_i2t, exclude_t2i,
+                            alpha)
     # GRIT/MAFA pseudo-targets: the partner direction's detached similarities.
     with torch.no_grad():
         soft_i2t = F.softmax(logits_t2i.detach(), 1)
@@ -313,14 +346,113 @@ def itc_loss(img, txt, temp, image_id, alpha):
     return (loss_i2t.mean() + loss_t2i.mean()) / 2, logits_i2t.detach(), logits_t2i.detach()
 
 
-def sample_negatives(sim, same_image):
-    """One hard negative per row (ALBEF: softmax weights + multinomial); -1 where none exists."""
+def filtered_itc(logits_i2t, logits_t2i, hard, positive, exclude_i2t, exclude_t2i, alpha):
+    """itc_loss with excluded negatives, as fnvlp's loss/itc.cpp one_direction: an excluded column
+    is -inf in the log-softmax (out of the denominator) and the pseudo-target softmax is taken
+    over the columns left, so no target mass sits on a removed column. The logits returned (ITM
+    sampling) are the unmasked ones."""
+    def direction(logits, partner, exclude):
+        allowed = ~(exclude & ~positive)
+        logp = F.log_softmax(logits.masked_fill(~allowed, float("-inf")), 1)
+        # 0 * -inf would be NaN: removed columns carry target 0 and log-probability 0.
+        logp = logp.masked_fill(~allowed, 0.0)
+        with torch.no_grad():
+            soft = F.softmax(partner.detach().masked_fill(~allowed, float("-inf")), 1)
+        return -(((1 - alpha) * hard + alpha * soft) * logp).sum(1).mean()
+    # GRIT/MAFA pseudo-targets: the i2t target of image i is text i's t2i row, and vice versa.
+    loss = (direction(logits_i2t, logits_t2i, exclude_i2t)
+            + direction(logits_t2i, logits_i2t, exclude_t2i)) / 2
+    return loss, logits_i2t.detach(), logits_t2i.detach()
+
+
+def momentum_itc_loss(img, txt, img_m, txt_m, queue, temp, image_id, alpha):
+    """ALBEF momentum distillation (Li et al. 2021 §3.3; model_pretrain.py), as fnvlp's
+    loss/itc.cpp momentum_itc_inputs: keys = [momentum features of the batch ; queue] (constants,
+    N = b + Q columns), targets = (1 - alpha) * hard + alpha * softmax(momentum logits), the
+    momentum logits with the online temperature detached. hard comes from image ids over every
+    column, queue included (ALBEF model_retrieval.py idx_queue): an earlier feature of the anchor's
+    image is a positive; the queue's random start rows have id -1, never a positive.
+    Returns the loss and the online logits [b, N] (detached)."""
+    queue_img, queue_txt, queue_id = queue
+    keys_img = torch.cat([img_m, queue_img.to(img_m.dtype)])
+    keys_txt = torch.cat([txt_m, queue_txt.to(txt_m.dtype)])
+    logits_i2t = img @ keys_txt.t() / temp
+    logits_t2i = txt @ keys_img.t() / temp
+    with torch.no_grad():
+        t = temp.detach()
+        soft_i2t = F.softmax(img_m @ keys_txt.t() / t, 1)
+        soft_t2i = F.softmax(txt_m @ keys_img.t() / t, 1)
+    pos = image_id.unsqueeze(1).eq(torch.cat([image_id, queue_id]).unsqueeze(0)).float()
+    hard = pos / pos.sum(1, keepdim=True)
+    loss_i2t = -(((1 - alpha) * hard + alpha * soft_i2t) * F.log_softmax(logits_i2t, 1)).sum(1)
+    loss_t2i = -(((1 - alpha) * hard + alpha * soft_t2i) * F.log_softmax(logits_t2i, 1)).sum(1)
+    return (loss_i2t.mean() + loss_t2i.mean()) / 2, logits_i2t.detach(), logits_t2i.detach()
+
+
+def sample_negatives(sim, same_image, exclude=None):
+    """One hard negative per row (ALBEF: softmax weights + multinomial); -1 where none exists.
+    exclude (bool, optional): negatives a method removed, never drawn (fnvlp's
+    negatives.filter_itm: their weight is 0)."""
+    blocked = same_image if exclude is None else same_image | exclude
     weights = F.softmax(sim, 1) + 1e-5
-    weights.masked_fill_(same_image, 0)
-    has = (~same_image).any(1)
+    weights.masked_fill_(blocked, 0)
+    has = (~blocked).any(1)
     weights[~has] = 1.0
     idx = torch.multinomial(weights, 1).squeeze(1)
     return torch.where(has, idx, torch.full_like(idx, -1))
+
+
+# --------------------------------------------------------------------------------------- GloFND
+GLOFND = {"lr": 0.05, "beta1": 0.9, "beta2": 0.98, "eps": 1e-8, "init": 1.0}  # App. D.2, fnvlp's
+
+
+class GlofndThresholds:
+    """GloFND's state for one side (image or text anchors) of the whole dataset, on the device:
+    lambda (init 1.0), Adam's moments and each anchor's update count, indexed by pair id (as the
+    authors' LambdaThreshold buffers). rows()/store() gather and scatter a batch's rows; the update
+    itself is glofnd_update, a pure function (it runs inside the compiled forward; the in-place
+    writes into the dataset-sized state stay outside it, in Step.__call__). A batch's pair ids are
+    distinct (index_copy_ with repeated ids keeps an arbitrary one)."""
+
+    def __init__(self, num_pairs, device):
+        f = dict(dtype=torch.float32, device=device)
+        self.lam = torch.full((num_pairs,), GLOFND["init"], **f)
+        self.m = torch.zeros(num_pairs, **f)
+        self.v = torch.zeros(num_pairs, **f)
+        self.count = torch.zeros(num_pairs, dtype=torch.int32, device=device)
+
+    def rows(self, pair_id):
+        return tuple(t.index_select(0, pair_id) for t in (self.lam, self.m, self.v, self.count))
+
+    def store(self, pair_id, rows):
+        for t, r in zip((self.lam, self.m, self.v, self.count), rows):
+            t.index_copy_(0, pair_id, r)
+
+
+def glofnd_update(cos, negative, rows, alpha):
+    """One GloFND step for b anchors (Balmaseda et al. 2025, eq. 4 with Adam; fnvlp's
+    negatives/glofnd.cpp update_and_filter): cos [b, N] detached cosines, negative bool [b, N],
+    rows (lambda, m, v, count) [b] each. The subgradient
+        g_i = alpha - (1 / |B_i-|) sum_{x in B_i-} 1[cos(z_i, x) > lambda_i]
+    moves lambda_i by one Adam step with bias correction at t = count_i + 1, projected onto
+    [-1, 1], in float64 as fnvlp's; an anchor without a negative in the batch is left as it is.
+    Returns the new rows and the exclusion mask negative & (cos > updated lambda)."""
+    lam, m, v, count = rows
+    o = GLOFND
+    n = negative.sum(1)
+    above = (negative & (cos > lam.unsqueeze(1))).sum(1)
+    g = alpha - above.double() / n.double().clamp(min=1)
+    m_new = m.double() * o["beta1"] + g * (1 - o["beta1"])
+    v_new = v.double() * o["beta2"] + g * (1 - o["beta2"]) * g
+    t = (count + 1).double()
+    m_hat = m_new / (1 - torch.pow(o["beta1"], t))
+    v_hat = v_new / (1 - torch.pow(o["beta2"], t))
+    step = (lam.double() - m_hat * o["lr"] / (v_hat.sqrt() + o["eps"])).clamp(-1.0, 1.0)
+    ok = n > 0
+    lam_new = torch.where(ok, step.float(), lam)
+    new_rows = (lam_new, torch.where(ok, m_new.float(), m), torch.where(ok, v_new.float(), v),
+                torch.where(ok, count + 1, count))
+    return new_rows, negative & (cos > lam_new.unsqueeze(1))
 
 
 def mask_tokens(ids, attn, prob, vocab_size):
@@ -336,14 +468,22 @@ def mask_tokens(ids, attn, prob, vocab_size):
     return masked, selected
 
 
-def model_flops(m, b, seq_len, itm_rows, mlm_tokens):
+def model_flops(m, b, seq_len, itm_rows, mlm_tokens, method="uniform", queue_size=0):
     """Matmul FLOPs of one training step from the config, 2 per multiply-add: 3 x the forward's
     (the backward's two products per matmul; the patch embedding's one, the images need no
     gradient), the attention products included; embeddings, norms, softmax, GELU, the loss
     reductions and the optimizer left out (no matmuls). Equal to FlopCounterMode's count of
     the step given the same masked positions (checked for tiny, small and base, PyTorch 2.15).
     b pairs of seq_len tokens, itm_rows fused ITM pairs (3b when every pair has negatives),
-    mlm_tokens masked positions (the MLM head's rows)."""
+    mlm_tokens masked positions (the MLM head's rows).
+    method "glofnd" adds the detached cosine product (2 b^2 E, under 1e-4 of the step at tiny;
+    the threshold update is elementwise on b values); the ITM pairs it takes away (rows whose
+    every negative was filtered) are not subtracted: itm_rows is the caller's. method "momentum"
+    adds the momentum model's forward passes (no backward): image encoder, text encoder on the
+    captions and on the masked captions, fusion of the masked captions (the MLM soft labels),
+    its MLM head and [CLS] projections; and ITC against b + queue_size keys: the online logits'
+    forward and backward for the anchors only (the keys are constants) and the momentum logits,
+    12 b (b + Q) E in all where uniform has 3 x 4 b^2 E."""
     r, L, V, e = m["mlp_ratio"], seq_len, m["vocab_size"], m["embed_dim"]
     vw, tw, p = m["vision_width"], m["text_width"], m["patch_size"]
     n = (m["image_size"] // p) ** 2
@@ -359,7 +499,14 @@ def model_flops(m, b, seq_len, itm_rows, mlm_tokens):
                + 2 * b * text                                  # captions, masked captions
                + (itm_rows + b) * fusion + itm_rows * 2 * tw * 2  # ITM pairs, MLM pairs
                + mlm_tokens * (2 * tw * tw + 2 * tw * V))      # MLM head
-    return 3 * forward - b * patch
+    total = 3 * forward - b * patch
+    if method == "glofnd":
+        total += 2 * b * b * e
+    elif method == "momentum":
+        momentum_forward = (b * (vit + 2 * vw * e + 2 * tw * e) + 2 * b * text + b * fusion
+                            + mlm_tokens * (2 * tw * tw + 2 * tw * V))
+        total += momentum_forward + 12 * b * (b + queue_size) * e - 12 * b * b * e
+    return total
 
 
 class Step:
@@ -375,10 +522,19 @@ class Step:
     multi-tensor kernel per group (PyTorch >= 2.0 on CUDA, >= 2.4 on the CPU). The step
     waits for the device three times (nonzero: the ITM negatives that exist in either direction,
     the MLM positions), where a compiled step also breaks its graph; the losses come back as a
-    tensor, read by the caller."""
+    tensor, read by the caller. The methods add no wait.
+
+    method "glofnd": thresholds for num_pairs image and num_pairs text anchors (self.glofnd),
+    glofnd_alpha their quantile level. method "momentum": the momentum model (self.model_m, EMA
+    coefficient `momentum`, default the config's loss.momentum or 0.995) and the queue of
+    queue_size momentum features (self.queue: image, text, image ids; default loss.queue_size or
+    65536), written at self.queue_ptr. Their state moves in __call__, outside self.losses (which
+    torch.compile traces): the compiled graph reads the state as inputs and returns what changes,
+    and the in-place writes (lambda rows, EMA, enqueue) stay eager."""
 
     def __init__(self, cfg, total_steps, device="cpu", precision="fp32", compile_backend=None,
-                 compile_mode=None, attention_kind="math", fused_adamw=False):
+                 compile_mode=None, attention_kind="math", fused_adamw=False, method="uniform",
+                 glofnd_alpha=0.01, num_pairs=None, queue_size=None, momentum=None):
         global ATTENTION
         ATTENTION = attention_kind
         self.cfg, self.total = cfg, total_steps
@@ -396,9 +552,37 @@ class Step:
             **({"fused": True} if fused_adamw else {}))
         self.step_no = 0
         dev_type = torch.device(device).type
+        self.dev_type = dev_type
         self.autocast = contextlib.nullcontext
         if precision == "bf16":
             self.autocast = lambda: torch.autocast(dev_type, dtype=torch.bfloat16)
+        self.method = method
+        self.batch_index = None  # arange(b) on the device, made once
+        if method == "glofnd":
+            n = num_pairs or cfg["train"]["batch_size"]
+            self.glofnd_alpha = glofnd_alpha
+            self.glofnd = {side: GlofndThresholds(n, device) for side in ("image", "text")}
+        elif method == "momentum":
+            lc = cfg["loss"]
+            self.momentum = lc.get("momentum", 0.995) if momentum is None else momentum
+            q = lc.get("queue_size", 65536) if queue_size is None else queue_size
+            # A copy of the online model, never trained; in eval mode, as fnvlp's (its features
+            # and soft labels draw no dropout masks; ALBEF leaves it in train mode).
+            self.model_m = copy.deepcopy(self.model).eval().requires_grad_(False)
+            self.params_m = list(self.model_m.parameters())
+            # ALBEF starts the queue from random unit vectors (torch.randn + normalize); drawn
+            # on the CPU from a generator of their own: the same queue on any device, the global
+            # stream left as uniform's. They belong to no pair: image id -1, never a positive.
+            # (fnvlp starts its queue empty instead, negatives/momentum.hpp.)
+            g = torch.Generator().manual_seed(cfg["train"]["seed"] + 1)
+            e = cfg["model"]["embed_dim"]
+            self.queue = tuple(t.to(device) for t in (
+                F.normalize(torch.randn(q, e, generator=g), dim=1),
+                F.normalize(torch.randn(q, e, generator=g), dim=1),
+                torch.full((q,), -1, dtype=torch.long)))
+            self.queue_ptr = 0
+        elif method != "uniform":
+            raise ValueError("method: uniform, glofnd or momentum, not %r" % method)
         self.forward = self.losses
         if compile_backend:
             self.forward = torch.compile(self.losses, backend=compile_backend, mode=compile_mode)
@@ -413,21 +597,54 @@ class Step:
         progress = min(1.0, (s - o["warmup_steps"]) / span)
         return o["min_lr"] + (o["lr"] - o["min_lr"]) * 0.5 * (1 + math.cos(math.pi * progress))
 
-    def losses(self, images, ids, mask, image_id):
-        """The forward and the weighted loss: (total, detached [itc, itm, mlm, total])."""
+    def fp32_cosine(self, a, b):
+        """a @ b.t() of detached unit rows in float32 under any autocast: GloFND compares these
+        with lambda, which bf16's 3 significant digits would blur."""
+        with torch.autocast(self.dev_type, enabled=False):
+            return a.detach().float() @ b.detach().float().t()
+
+    def losses(self, images, ids, mask, image_id, state=()):
+        """The forward and the weighted loss: (total, detached [itc, itm, mlm, total], out), with
+        the method's state in and its results out: glofnd: the batch's (lambda, m, v, count)
+        rows of the image and the text side in, their updated rows out; momentum: the queue in,
+        the batch's momentum features (image, text) out; uniform: () and ()."""
         model, lc, dev = self.model, self.cfg["loss"], ids.device
+        alpha = lc["soft_weight"]
         image_tokens = model.encode_image(images)
         text_hidden = model.encode_text(ids, mask)
         img = F.normalize(model.vision_proj(image_tokens[:, 0]), dim=-1)
         txt = F.normalize(model.text_proj(text_hidden[:, 0]), dim=-1)
-        itc, sim_i2t, sim_t2i = itc_loss(img, txt, model.temp, image_id, lc["soft_weight"])
+        b = ids.shape[0]
+        same = image_id.unsqueeze(1).eq(image_id.unsqueeze(0))
+        out, exclude_i2t, exclude_t2i = (), None, None
+        if self.method == "glofnd":
+            # GloFND (Balmaseda et al. 2025 §3.2-3.3): lambda of each image anchor against the
+            # text columns, of each text anchor against the image columns, updated first; then
+            # the negatives above the updated lambda leave the ITC denominator and the ITM draw.
+            with torch.no_grad():
+                cos = self.fp32_cosine(img, txt)  # [image, text]; single rank: t2i is cos.t()
+                rows_i, exclude_i2t = glofnd_update(cos, ~same, state[0], self.glofnd_alpha)
+                rows_t, exclude_t2i = glofnd_update(cos.t(), ~same, state[1], self.glofnd_alpha)
+            out = (rows_i, rows_t)
+            itc, sim_i2t, sim_t2i = itc_loss(img, txt, model.temp, image_id, alpha, exclude_i2t,
+                                             exclude_t2i)
+        elif self.method == "momentum":
+            mm = self.model_m
+            with torch.no_grad():
+                image_tokens_m = mm.encode_image(images)
+                img_m = F.normalize(mm.vision_proj(image_tokens_m[:, 0]), dim=-1)
+                txt_m = F.normalize(mm.text_proj(mm.encode_text(ids, mask)[:, 0]), dim=-1)
+            itc, sim_i2t, sim_t2i = momentum_itc_loss(img, txt, img_m, txt_m, state, model.temp,
+                                                      image_id, alpha)
+            sim_i2t, sim_t2i = sim_i2t[:, :b], sim_t2i[:, :b]  # ITM: the batch's keys (ALBEF)
+            out = (img_m, txt_m)
+        else:
+            itc, sim_i2t, sim_t2i = itc_loss(img, txt, model.temp, image_id, alpha)
 
         # ITM: b positives, a hard negative image per text and a hard negative text per image.
-        b = ids.shape[0]
         with torch.no_grad():
-            same = image_id.unsqueeze(1).eq(image_id.unsqueeze(0))
-            neg_image = sample_negatives(sim_t2i, same)
-            neg_text = sample_negatives(sim_i2t, same)
+            neg_image = sample_negatives(sim_t2i, same, exclude_t2i)
+            neg_text = sample_negatives(sim_i2t, same, exclude_i2t)
             has_image = neg_image.ge(0).nonzero().view(-1)  # texts that got a negative image
             has_text = neg_text.ge(0).nonzero().view(-1)
         ar = torch.arange(b, device=dev)
@@ -444,26 +661,80 @@ class Step:
         masked_fused = model.fuse(model.encode_text(masked_ids, mask), mask, image_tokens)
         positions = selected.view(-1).nonzero().view(-1)
         hidden = masked_fused.reshape(-1, masked_fused.shape[2]).index_select(0, positions)
-        mlm = F.cross_entropy(model.mlm_logits(hidden), ids.view(-1).index_select(0, positions))
+        mlm_logits = model.mlm_logits(hidden)
+        mlm = F.cross_entropy(mlm_logits, ids.view(-1).index_select(0, positions))
+        if self.method == "momentum":
+            # ALBEF's distilled MLM: soft labels from the momentum model on the same masked
+            # input, fused with its own image tokens; (1 - alpha) * CE + alpha * soft CE.
+            with torch.no_grad():
+                fused_m = mm.fuse(mm.encode_text(masked_ids, mask), mask, image_tokens_m)
+                hidden_m = fused_m.reshape(-1, fused_m.shape[2]).index_select(0, positions)
+                soft = F.softmax(mm.mlm_logits(hidden_m), -1)
+            distill = -(soft * F.log_softmax(mlm_logits, -1)).sum(1).mean()
+            mlm = (1 - alpha) * mlm + alpha * distill
 
         total = lc["itc_weight"] * itc + lc["itm_weight"] * itm + lc["mlm_weight"] * mlm
-        return total, torch.stack([itc, itm, mlm, total]).detach()
+        return total, torch.stack([itc, itm, mlm, total]).detach(), out
 
-    def __call__(self, images, ids, mask, image_id):
+    def method_state(self, b, pair_id, device):
+        """self.losses' `state` for this batch (pair_id: the rows' pair ids, default 0..b-1)."""
+        if self.method == "uniform":
+            return ()
+        if self.batch_index is None or self.batch_index.shape[0] != b:
+            self.batch_index = torch.arange(b, device=device)
+        if self.method == "momentum":
+            return self.queue
+        self.pair_id = self.batch_index if pair_id is None else pair_id
+        return self.glofnd["image"].rows(self.pair_id), self.glofnd["text"].rows(self.pair_id)
+
+    @torch.no_grad()
+    def method_update(self, out, image_id):
+        """The state writes of the step taken: glofnd's updated rows; momentum's EMA of the new
+        online weights (ALBEF _momentum_update), then the batch's momentum features enqueued at
+        queue_ptr (ALBEF _dequeue_and_enqueue, wrapping where the size is no multiple of b)."""
+        if self.method == "glofnd":
+            self.glofnd["image"].store(self.pair_id, out[0])
+            self.glofnd["text"].store(self.pair_id, out[1])
+        elif self.method == "momentum":
+            torch._foreach_mul_(self.params_m, self.momentum)
+            torch._foreach_add_(self.params_m, self.params, alpha=1 - self.momentum)
+            q, b = self.queue[0].shape[0], image_id.shape[0]
+            if q > 0:
+                index = (self.batch_index + self.queue_ptr) % q
+                for buf, x in zip(self.queue, out + (image_id,)):
+                    buf.index_copy_(0, index, x.to(buf.dtype))
+                self.queue_ptr = (self.queue_ptr + b) % q
+
+    def __call__(self, images, ids, mask, image_id, pair_id=None):
         """One step; returns the detached losses [itc, itm, mlm, total] (reading them is the
-        caller's: a device tensor read every step would wait for the device)."""
+        caller's: a device tensor read every step would wait for the device). pair_id: the
+        rows' dataset indices (GloFND's anchors), default 0..b-1."""
         for g in self.opt.param_groups:
             g["lr"] = self.lr()
         self.model.clamped_temp()
+        state = self.method_state(ids.shape[0], pair_id, ids.device)
         with self.autocast():
-            total, losses = self.forward(images, ids, mask, image_id)
+            total, losses, out = self.forward(images, ids, mask, image_id, state)
         self.opt.zero_grad()
         total.backward()
         if self.cfg["optim"]["grad_clip"] > 0:
             torch.nn.utils.clip_grad_norm_(self.params, self.cfg["optim"]["grad_clip"])
         self.opt.step()
         self.step_no += 1
+        self.method_update(out, image_id)
         return losses
+
+    def method_summary(self):
+        """The method's state after the run, for the JSON (reads the device once)."""
+        if self.method == "glofnd":
+            lam = {k: s.lam.index_select(0, self.pair_id).double() for k, s in self.glofnd.items()}
+            return {"glofnd_lambda_image_mean": lam["image"].mean().item(),
+                    "glofnd_lambda_text_mean": lam["text"].mean().item(),
+                    "glofnd_lambda_image_min": lam["image"].min().item(),
+                    "glofnd_lambda_text_min": lam["text"].min().item()}
+        if self.method == "momentum":
+            return {"queue_ptr": self.queue_ptr}
+        return {}
 
     def count_flops(self, *batch):
         """FLOPs of one more step, run eagerly under torch.utils.flop_counter.FlopCounterMode
@@ -487,7 +758,8 @@ class Step:
 # ------------------------------------------------------------------------------------------ data
 class FlickrPairs(torch.utils.data.Dataset):
     """(image, caption) pairs of one split: JPEG decode + random resized crop + flip + normalise,
-    WordPiece ids padded to max_len, and a dense image index (pairs of one image are positives)."""
+    WordPiece ids padded to max_len, a dense image index (pairs of one image are positives) and
+    the pair's index in the split."""
 
     def __init__(self, root, split, vocab, image_size, max_len, aug):
         with open(os.path.join(root, "captions.json"), encoding="utf-8") as f:
@@ -538,7 +810,7 @@ class FlickrPairs(torch.utils.data.Dataset):
         tokens[: len(ids)] = torch.tensor(ids)
         attn = torch.zeros(self.max_len, dtype=torch.long)
         attn[: len(ids)] = 1
-        return x, tokens, attn, self.image_index[i]
+        return x, tokens, attn, self.image_index[i], i  # i: the pair id (GloFND's anchor)
 
 
 def shard_batch(shard_dir, b, image_size):
@@ -660,6 +932,17 @@ def main():
                     help="compute: after the timed steps, --profile-steps more under "
                          "torch.profiler, saved as a Chrome trace (tests/bench/trace_summary.py)")
     ap.add_argument("--profile-steps", type=int, default=3)
+    ap.add_argument("--method", choices=["uniform", "glofnd", "momentum"], default="uniform",
+                    help="uniform: the step above; glofnd: GloFND's learned per-anchor thresholds "
+                         "filter ITC and ITM negatives; momentum: ALBEF momentum distillation")
+    ap.add_argument("--glofnd-alpha", type=float, default=0.01,
+                    help="glofnd: the fraction of each anchor's negatives taken as false")
+    ap.add_argument("--num-pairs", type=int,
+                    help="glofnd: lambda entries per side (default: compute: the batch size, the "
+                         "fixed batch being pairs 0..B-1; epoch: the split's pairs)")
+    ap.add_argument("--queue-size", type=int,
+                    help="momentum: queued momentum features (default: the config's "
+                         "loss.queue_size, else 65536; 0: none)")
     a = ap.parse_args()
     backend = setup_device(a, ap)
     # New keys in the JSON only where a new option is in use: the existing modes print as before.
@@ -667,6 +950,8 @@ def main():
                 or a.tf32 or a.peak_tflops is not None or a.attention != "math" or a.fused_adamw)
     if a.mode == "compute" and not (a.synthetic or a.data):
         ap.error("--mode compute needs --data SHARD_DIR or --synthetic")
+    if not 0 <= a.glofnd_alpha <= 1:
+        ap.error("--glofnd-alpha must lie in [0, 1]")
 
     torch.set_num_threads(a.threads)
     cfg = load_config(a.config)
@@ -676,6 +961,20 @@ def main():
     out = {"impl": "pytorch", "torch": torch.__version__, "mode": a.mode, "batch": b,
            "config": os.path.basename(a.config), "image_size": m["image_size"],
            "threads": torch.get_num_threads()}
+    queue_size = a.queue_size
+    if queue_size is None:
+        queue_size = cfg["loss"].get("queue_size", 65536)
+    if a.method == "momentum" and (queue_size < 0 or 0 < queue_size < b):
+        ap.error("--queue-size: 0 or at least the batch size (%d), not %d" % (b, queue_size))
+    # "method" joins the plain JSON only off the default: uniform's prints as before.
+    if extended or a.method != "uniform":
+        out.update(method=a.method)
+    if a.method == "glofnd":
+        out.update(glofnd_alpha=a.glofnd_alpha)
+    elif a.method == "momentum":
+        out.update(queue_size=queue_size, momentum=cfg["loss"].get("momentum", 0.995),
+                   soft_weight=cfg["loss"]["soft_weight"])
+    method_args = dict(method=a.method, glofnd_alpha=a.glofnd_alpha, queue_size=queue_size)
     if extended:
         out.update(device=dev, precision=a.precision, compile=bool(a.compile),
                    attention=a.attention, fused_adamw=a.fused_adamw, best=a.best,
@@ -693,8 +992,12 @@ def main():
         else:
             batch = shard_batch(a.data, b, m["image_size"])
         batch = tuple(t.to(dev, non_blocking=True) for t in batch)
+        if a.method == "glofnd":  # the fixed batch is pairs 0..B-1: the same anchors each step
+            if a.num_pairs is not None and a.num_pairs < b:
+                ap.error("--num-pairs %d: the batch holds pairs 0..%d" % (a.num_pairs, b - 1))
+            out.update(num_pairs=a.num_pairs or b, glofnd_pair_ids="0..B-1 every step")
         step = Step(cfg, a.warmup + a.steps, dev, a.precision, backend, a.compile_mode,
-                    a.attention, a.fused_adamw)
+                    a.attention, a.fused_adamw, num_pairs=a.num_pairs or b, **method_args)
         t0 = time.perf_counter()
         for _ in range(a.warmup):
             step(*batch)
@@ -720,7 +1023,7 @@ def main():
             itm_rows = b + 2 * int((~same).any(1).sum())
             maskable = mask.ne(0) & ids.ne(PAD) & ids.ne(CLS) & ids.ne(SEP)
             mlm_tokens = cfg["loss"]["mlm_probability"] * int(maskable.sum())  # expected
-            flops = model_flops(m, b, ids.shape[1], itm_rows, mlm_tokens)
+            flops = model_flops(m, b, ids.shape[1], itm_rows, mlm_tokens, a.method, queue_size)
             out.update(warmup=a.warmup, warmup_s=warmup_s, ms_per_step=mean * 1e3,
                        flops_per_sample=flops / b,
                        flops_source="analytic: 3 x forward matmul FLOPs from the config, "
@@ -744,6 +1047,7 @@ def main():
                 sync(dev)
             prof.export_chrome_trace(a.profile)
             out.update(profile=a.profile, profile_steps=a.profile_steps)
+        out.update(step.method_summary())
     else:
         if Image is None:
             ap.error("--mode epoch needs numpy and PIL")
@@ -753,8 +1057,12 @@ def main():
                                              num_workers=a.num_workers,
                                              pin_memory=dev == "cuda")
         total = a.steps + a.skip if a.steps > 0 else len(loader)
+        if a.method == "glofnd":
+            if a.num_pairs is not None and a.num_pairs < len(ds):
+                ap.error("--num-pairs %d: the split has %d pairs" % (a.num_pairs, len(ds)))
+            out.update(num_pairs=a.num_pairs or len(ds), glofnd_pair_ids="the split's indices")
         step = Step(cfg, total, dev, a.precision, backend, a.compile_mode, a.attention,
-                    a.fused_adamw)
+                    a.fused_adamw, num_pairs=a.num_pairs or len(ds), **method_args)
         t_start = time.perf_counter()
         wait = 0.0
         it = iter(loader)
@@ -764,9 +1072,10 @@ def main():
                 sync(dev)
                 t_timed, wait = time.perf_counter(), 0.0
             t0 = time.perf_counter()
-            images, ids, mask, image_id = next(it)
+            images, ids, mask, image_id, pair_id = next(it)
             wait += time.perf_counter() - t0
-            losses = step(*(t.to(dev, non_blocking=True) for t in (images, ids, mask, image_id)))
+            losses = step(*(t.to(dev, non_blocking=True)
+                            for t in (images, ids, mask, image_id, pair_id)))
         sync(dev)
         t_end = time.perf_counter()
         timed = total - a.skip
@@ -774,6 +1083,7 @@ def main():
                    samples_per_s=timed * b / (t_end - t_timed),
                    samples_per_s_whole=total * b / (t_end - t_start),
                    data_wait=wait / (t_end - t_timed), last_losses=losses.tolist())
+        out.update(step.method_summary())
     print(json.dumps(out), flush=True)
 
 
