@@ -63,7 +63,14 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   MPI_Initialized(&initialized);
   if (initialized) return;
   int provided = 0;
-  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+#if FNVLP_WITH_CUDA
+  // CUDA graphs over MPI call it from CUDA's host-node thread too (comm/tensors.hpp); without
+  // MPI_THREAD_MULTIPLE the trainer refuses that setup, the rest runs funneled.
+  const int wanted = MPI_THREAD_MULTIPLE;
+#else
+  const int wanted = MPI_THREAD_FUNNELED;
+#endif
+  MPI_CHECK(MPI_Init_thread(argc, argv, wanted, &provided));
   FNVLP_CHECK(provided >= MPI_THREAD_FUNNELED, "MPI provides no MPI_THREAD_FUNNELED support");
 }
 
@@ -88,6 +95,12 @@ Comm::~Comm() {
 }
 
 void Comm::barrier() const { MPI_CHECK(MPI_Barrier(native_->comm)); }
+
+bool Comm::threads_multiple() const {
+  int provided = 0;
+  MPI_CHECK(MPI_Query_thread(&provided));
+  return provided >= MPI_THREAD_MULTIPLE;
+}
 
 void Comm::abort(int code) const {
   std::fflush(stdout);

@@ -71,7 +71,8 @@ class CollectiveError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Initialises MPI for the process lifetime (funneled threads: only the main thread calls MPI;
+// Initialises MPI for the process lifetime (funneled threads: only the main thread calls MPI,
+// except for CUDA graphs' host nodes in CUDA builds, which ask for MPI_THREAD_MULTIPLE;
 // the data prefetch thread never does). Finalize runs in the destructor.
 class MpiRuntime {
  public:
@@ -97,6 +98,8 @@ class Comm {
   const Native& native() const { return *native_; }
 
   void barrier() const;
+  // Whether MPI may be called from several threads at once (MPI_THREAD_MULTIPLE).
+  bool threads_multiple() const;
   // What this communicator's collectives moved so far (main thread: MPI is funneled).
   const CommTraffic& traffic() const { return traffic_; }
   // Ends every rank of the job (MPI_Abort): the one way out that cannot hang a peer.

@@ -180,8 +180,16 @@ struct NcclComm::Impl {
     broken = true;
   }
 
-  // After a collective was enqueued on stream(): its completion is watched from now on.
+  bool capturing() const {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(stream(), &status) == cudaSuccess &&
+           status != cudaStreamCaptureStatusNone;
+  }
+
+  // After a collective was enqueued on stream(): its completion is watched from now on (inside a
+  // capture, with the graph's replays: NcclComm::watch_stream).
   void watch(const char* what) {
+    if (capturing()) return;
     cudaEvent_t done = nullptr;
     FNVLP_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     FNVLP_CUDA_CHECK(cudaEventRecord(done, stream()));
@@ -469,6 +477,18 @@ void NcclComm::broadcast(torch::Tensor& t, int root) const {
 
 CommTraffic NcclComm::traffic() const { return impl_->traffic; }
 
+void NcclComm::watch_stream(const char* what) const {
+  Impl& im = *impl_;
+  FNVLP_CHECK(!im.broken, im.who() << " " << what << ": the communicator was aborted earlier");
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(im.device));
+  im.watch(what);
+}
+
+bool NcclComm::capturing() const {
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(impl_->device));
+  return impl_->capturing();
+}
+
 void NcclComm::set_last_words(std::function<void(const std::string&)> fn) {
   const std::lock_guard<std::mutex> lock(impl_->watch_mutex);
   impl_->last_words = std::move(fn);
@@ -529,6 +549,8 @@ void NcclComm::set_last_words(std::function<void(const std::string&)>) {
 void NcclComm::broadcast(torch::Tensor&, int) const { FNVLP_FAIL("this build has no NCCL"); }
 void NcclComm::synchronize(const char*) const { FNVLP_FAIL("this build has no NCCL"); }
 CommTraffic NcclComm::traffic() const { FNVLP_FAIL("this build has no NCCL"); }
+void NcclComm::watch_stream(const char*) const { FNVLP_FAIL("this build has no NCCL"); }
+bool NcclComm::capturing() const { FNVLP_FAIL("this build has no NCCL"); }
 
 #endif
 

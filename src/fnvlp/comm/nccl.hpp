@@ -61,6 +61,13 @@ class NcclComm {
   void synchronize(const char* what) const;
   // What this communicator's collectives moved so far (Comm's, the agreements, not included).
   CommTraffic traffic() const;
+  // CUDA graphs: a collective enqueued while its stream is being captured is not watched (a
+  // captured event cannot be queried); after each replay of such a graph, call this on the
+  // replay's stream: the work queued there so far is watched as one collective named `what`,
+  // with the same timeout.
+  void watch_stream(const char* what) const;
+  // Whether the current stream of this rank's device is being captured.
+  bool capturing() const;
   // Called with the message when the watch of collectives ends the job (an NCCL error, or a
   // collective not done within the timeout), from the watch thread, before MPI_Abort: the trainer
   // writes summary.json there.

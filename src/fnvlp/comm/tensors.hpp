@@ -16,7 +16,12 @@ namespace fnvlp {
 class NcclComm;
 
 // Device tensors of collectives over `comm` go through `nccl` from now on (null: host copies).
+// Without NCCL, a collective of device tensors enqueued while a CUDA graph is being captured runs
+// from a host node of the graph, on a communicator of its own (MPI_THREAD_MULTIPLE): its copies
+// and its MPI call are replayed with the graph.
 void set_device_collectives(const Comm& comm, const NcclComm* nccl);
+// What those captured host collectives moved while they were captured (a replay counts nothing).
+CommTraffic captured_host_collectives_traffic();
 
 // In-place sum over ranks of a float tensor (host or device).
 void allreduce_sum(const Comm& comm, torch::Tensor& t);

@@ -21,4 +21,14 @@ inline torch::Tensor to_device_async(const torch::Tensor& t, const torch::Device
   return t.to(device);
 }
 
+// Copies the host tensor `src` into `dst` (a tensor at a fixed address that a captured step reads:
+// the static step's staged inputs) without waiting for the device: through page-locked memory
+// into a GPU, as to_device_async.
+inline void stage_into(torch::Tensor& dst, const torch::Tensor& src) {
+  if (dst.is_cuda() && src.device().is_cpu())
+    dst.copy_(src.pin_memory(), /*non_blocking=*/true);
+  else
+    dst.copy_(src);
+}
+
 }  // namespace fnvlp

@@ -35,6 +35,7 @@ struct Batch {
   // set_prepare; the trainer's augmented float images) and the index it was given; undefined / -1
   // without a hook.
   torch::Tensor prepared;
+  torch::Tensor prepared2;  // a second view where the consumer asks for one (TCL)
   int64_t prepared_for = -1;
   // A consumer's copy of the batch to its device, in flight (train/batch_upload.hpp); null without.
   std::shared_ptr<const void> upload;

@@ -47,9 +47,10 @@ void check_mask(const torch::Tensor& t, int64_t b, int64_t n, const char* name) 
 }
 
 struct Direction {
-  torch::Tensor loss;      // scalar, mean over anchors
-  torch::Tensor excluded;  // int64 scalar
-  torch::Tensor acc;       // float scalar
+  torch::Tensor loss;        // scalar, mean over anchors
+  torch::Tensor excluded;    // int64 scalar
+  torch::Tensor acc;         // float scalar
+  torch::Tensor weights_ok;  // bool 0-dim (check_on_device with weights)
 };
 
 // One direction (i2t or t2i) of the loss for anchors i and columns j of the global batch:
@@ -67,12 +68,14 @@ Direction one_direction(const torch::Tensor& logits, const torch::Tensor& positi
                         const torch::Tensor& hard, const torch::Tensor& exclude,
                         const torch::Tensor& weight, SoftTargets mode,
                         const torch::Tensor& soft_given, const torch::Tensor& pseudo_source,
-                        double alpha, const torch::Tensor& alpha_t) {
+                        double alpha, const torch::Tensor& alpha_t, bool check_on_device) {
   torch::Tensor z = logits;
   torch::Tensor allowed = torch::ones_like(positive);
+  torch::Tensor weights_ok;
   if (weight.defined()) {
     torch::Tensor w = weight.detach().to(logits.dtype());
-    FNVLP_CHECK((w.isfinite() & (w >= 0)).all().item<bool>(),  // one read of the device
+    weights_ok = (w.isfinite() & (w >= 0)).all();
+    FNVLP_CHECK(check_on_device || weights_ok.item<bool>(),  // one read of the device
                 "itc: negative weights must be finite and >= 0");
     w = torch::where(positive, torch::ones_like(w), w);
     allowed = allowed & (w > 0);
@@ -101,6 +104,7 @@ Direction one_direction(const torch::Tensor& logits, const torch::Tensor& positi
   }
 
   Direction d;
+  d.weights_ok = weights_ok;
   d.loss = -(target * logp).sum(1).mean();
   d.excluded = (~allowed).sum();
   torch::NoGradGuard no_grad;
@@ -192,10 +196,16 @@ ItcResult itc_loss(const ItcInputs& in) {
   // GRIT-VLP pseudo-targets: the i2t target of anchor i is the softmax of the partner text's
   // t2i row (t_i against every image j), and vice versa. Using the same direction's own detached
   // logits would give a zero gradient: d/dz of -sum_j sg(p_j) log p_j is p - sg(p) = 0.
-  Direction i2t = one_direction(logits_i2t, r.positive, hard, in.exclude_i2t, in.weight_i2t,
-                                in.soft, in.soft_i2t, r.sim_t2i, in.soft_weight, in.soft_weight_t);
-  Direction t2i = one_direction(logits_t2i, r.positive, hard, in.exclude_t2i, in.weight_t2i,
-                                in.soft, in.soft_t2i, r.sim_i2t, in.soft_weight, in.soft_weight_t);
+  Direction i2t =
+      one_direction(logits_i2t, r.positive, hard, in.exclude_i2t, in.weight_i2t, in.soft,
+                    in.soft_i2t, r.sim_t2i, in.soft_weight, in.soft_weight_t, in.check_on_device);
+  Direction t2i =
+      one_direction(logits_t2i, r.positive, hard, in.exclude_t2i, in.weight_t2i, in.soft,
+                    in.soft_t2i, r.sim_i2t, in.soft_weight, in.soft_weight_t, in.check_on_device);
+  if (i2t.weights_ok.defined() && t2i.weights_ok.defined())
+    r.inputs_ok = i2t.weights_ok & t2i.weights_ok;
+  else
+    r.inputs_ok = i2t.weights_ok.defined() ? i2t.weights_ok : t2i.weights_ok;
   r.loss_i2t = i2t.loss;
   r.loss_t2i = t2i.loss;
   r.loss = (i2t.loss + t2i.loss) / 2;
@@ -240,10 +250,23 @@ ItcInputs momentum_itc_inputs(const MomentumItc& m) {
   in.cross_rank_grad = false;
   in.soft = SoftTargets::kGiven;
   in.soft_weight = m.alpha;
+  torch::Tensor allowed;
+  if (queued && m.queue_valid.defined()) {
+    const int64_t b = m.img.size(0), B = m.img_m_all.size(0);
+    FNVLP_CHECK(m.queue_valid.dim() == 1 && m.queue_valid.size(0) == m.queue_img.size(0),
+                "momentum_itc_inputs: queue_valid " << m.queue_valid.sizes() << " for a queue of "
+                                                    << m.queue_img.size(0));
+    allowed = torch::cat({torch::ones({B}, m.queue_valid.options().dtype(torch::kBool)),
+                          m.queue_valid.to(torch::kBool)})
+                  .unsqueeze(0)
+                  .expand({b, B + m.queue_valid.size(0)});
+    in.exclude_i2t = ~allowed;
+    in.exclude_t2i = in.exclude_i2t;
+  }
   // ALBEF computes the momentum logits in no_grad with the online temperature.
   const torch::Tensor t = m.temp.detach();
-  in.soft_i2t = soft_targets_from_sim(torch::matmul(m.img_m.detach(), in.txt_all.t()) / t);
-  in.soft_t2i = soft_targets_from_sim(torch::matmul(m.txt_m.detach(), in.img_all.t()) / t);
+  in.soft_i2t = soft_targets_from_sim(torch::matmul(m.img_m.detach(), in.txt_all.t()) / t, allowed);
+  in.soft_t2i = soft_targets_from_sim(torch::matmul(m.txt_m.detach(), in.img_all.t()) / t, allowed);
   return in;
 }
 

@@ -73,6 +73,9 @@ struct ItcInputs {
   // img_all/txt_all are constant keys (ALBEF momentum features + queue): rows offset..offset+b
   // are used as they are, not replaced by img/txt. Excludes cross_rank_grad.
   bool momentum_keys = false;
+  // The negative weights' check (finite, >= 0) as ItcResult::inputs_ok instead of an error: the
+  // static step reads nothing back, and folds the flag into its finite-loss decision.
+  bool check_on_device = false;
 };
 
 struct ItcResult {
@@ -87,6 +90,8 @@ struct ItcResult {
   torch::Tensor acc_i2t, acc_t2i;  // float: fraction of anchors whose top column is a positive
   // Only with cross_rank_grad: the leaves standing for the gathered tensors.
   torch::Tensor img_all_leaf, txt_all_leaf;
+  // Only with check_on_device and weights: bool 0-dim, whether every weight is finite and >= 0.
+  torch::Tensor inputs_ok;
 };
 
 ItcResult itc_loss(const ItcInputs& in);
@@ -117,6 +122,11 @@ struct MomentumItc {
   torch::Tensor image_id, image_id_all;  // int64 [b] and [B]
   // Queue (only the filled rows; may have 0 rows): [Q, E], [Q, E] and int64 [Q].
   torch::Tensor queue_img, queue_txt, queue_image_id;
+  // Optional bool [Q]: the rows that hold a feature. Given, the queue is passed whole (a shape that
+  // does not change while it fills: the static step) and the empty rows leave the denominators
+  // and the soft targets through the exclusion masks; their image_id must be -1 (a queue's rows
+  // before their first write), or a row of the anchor's image would still count as a positive.
+  torch::Tensor queue_valid;
   torch::Tensor temp;  // online temperature (scalar)
   double alpha = 0.4;  // ALBEF alpha (with its warm-up ramp applied by the caller)
 };

@@ -335,4 +335,38 @@ torch::Tensor mlm_loss(const torch::Tensor& logits_at_positions, const torch::Te
   return (1.0 - alpha) * hard + alpha * distill;
 }
 
+torch::Tensor padded_mlm_loss(const torch::Tensor& logits_at_positions,
+                              const torch::Tensor& targets) {
+  namespace F = torch::nn::functional;
+  const torch::Tensor t = targets.to(torch::kLong);
+  const torch::Tensor ce = F::cross_entropy(logits_at_positions, t,
+                                            F::CrossEntropyFuncOptions().reduction(torch::kNone));
+  return ce.sum() / t.ne(-100).sum().clamp_min(1).to(ce.scalar_type());
+}
+
+torch::Tensor padded_mlm_loss(const torch::Tensor& logits_at_positions,
+                              const torch::Tensor& targets, const torch::Tensor& soft_targets,
+                              const torch::Tensor& alpha) {
+  FNVLP_CHECK(soft_targets.sizes() == logits_at_positions.sizes() && targets.dim() == 1 &&
+                  targets.size(0) == logits_at_positions.size(0),
+              "padded_mlm_loss: logits " << logits_at_positions.sizes() << ", soft targets "
+                                         << soft_targets.sizes() << ", targets "
+                                         << targets.sizes());
+  namespace F = torch::nn::functional;
+  const torch::Tensor t = targets.to(torch::kLong);
+  const torch::Tensor counted = t.ne(-100);
+  const torch::Tensor n = counted.sum().clamp_min(1).to(torch::kFloat);
+  const torch::Tensor hard =
+      F::cross_entropy(logits_at_positions, t, F::CrossEntropyFuncOptions().reduction(torch::kNone))
+          .to(torch::kFloat)
+          .sum() /
+      n;
+  const torch::Tensor distill =
+      (-(soft_targets.detach() * torch::log_softmax(logits_at_positions, 1)).sum(1) * counted)
+          .to(torch::kFloat)
+          .sum() /
+      n;
+  return (1.0 - alpha) * hard + alpha * distill;
+}
+
 }  // namespace fnvlp::loss

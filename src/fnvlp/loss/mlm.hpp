@@ -66,5 +66,13 @@ torch::Tensor padded_linear_cross_entropy(const torch::Tensor& h, const torch::T
 // with soft = softmax of the momentum model's logits [M, V] (detached here).
 torch::Tensor mlm_loss(const torch::Tensor& logits_at_positions, const torch::Tensor& targets,
                        const torch::Tensor& soft_targets, double alpha);
+// The same over targets padded with -100 (pad_positions: the padded rows count in neither term)
+// with alpha a 0-dim float tensor on the logits' device (the static step).
+torch::Tensor padded_mlm_loss(const torch::Tensor& logits_at_positions,
+                              const torch::Tensor& targets, const torch::Tensor& soft_targets,
+                              const torch::Tensor& alpha);
+// mlm_loss(logits, targets) over targets padded with -100: the mean over the others.
+torch::Tensor padded_mlm_loss(const torch::Tensor& logits_at_positions,
+                              const torch::Tensor& targets);
 
 }  // namespace fnvlp::loss

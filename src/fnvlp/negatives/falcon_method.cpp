@@ -54,9 +54,12 @@ void FalconMethod::after_step(StepContext& s) {
                 .to(torch::kFloat)
                 .item<double>();
   }
-  const double reward = s.mlm_plain - after;
+  update_policy(s.mlm_plain - after, &s.clock);
+}
+
+void FalconMethod::update_policy(double reward, StepClock* clock) {
   falcon_->loss_backward(reward, draws_);
-  s.clock.lap(StepClock::kFalcon);
+  if (clock) clock->lap(StepClock::kFalcon);
   // The policy's few small gradients averaged over the ranks, one sum each (also where this rank
   // waits for the slower one). Not FlatGradients: the policy's optimizer detaches its gradients
   // in zero_grad, which views of a flat buffer refuse.
@@ -65,10 +68,47 @@ void FalconMethod::after_step(StepContext& s) {
       allreduce_sum(env_.comm, p.mutable_grad());
       p.mutable_grad().mul_(1.0f / static_cast<float>(env_.comm.size()));
     }
-  s.clock.lap(StepClock::kComm);
+  if (clock) clock->lap(StepClock::kComm);
   falcon_->step();
   reward_window_[0] += reward;
   reward_window_[1] += 1;
+}
+
+void FalconMethod::stage(const data::Batch&, const StepPosition&, const std::vector<int64_t>&) {
+  if (!staged_.defined())
+    staged_ = torch::zeros({3}, torch::TensorOptions().dtype(torch::kFloat).device(env_.device));
+}
+
+void FalconMethod::commit(StepContext& s) {
+  staged_[0].copy_(s.finite);
+  staged_[1].copy_(s.mlm_plain_t);
+}
+
+// The reward pass of after_step on the staged inputs: the trainer reseeds the step's dropout
+// stream first, and the static step draws its image pass and MLM passes first from it, in this
+// order, so the masks are the step's.
+void FalconMethod::after_update(StepContext& s) {
+  const loss::MlmMasking& m = s.masking;
+  const torch::Tensor& mask = s.batch.attention_mask;
+  auto& model = env_.model;
+  c10::InferenceMode inference;
+  model::Bf16Autocast autocast(env_.bf16);
+  const auto keys = model->image_keys(model->encode_image(s.images));
+  const auto at_masked =
+      model->fuse_at(model->encode_text(m.input_ids, mask), mask, keys, {}, m.positions);
+  staged_[2].copy_(loss::padded_linear_cross_entropy(model->mlm_hidden(at_masked),
+                                                     model->mlm_decoder_weight(), model->mlm_bias(),
+                                                     m.targets)
+                       .to(torch::kFloat));
+}
+
+void FalconMethod::after_device_step(const StepPosition& at) {
+  if (at.epoch == 0) return;
+  // The step's one read of the device: the flag, and L_MLM before and after the update.
+  const torch::Tensor h = staged_.to(torch::kCPU, torch::kDouble);
+  const double* v = h.data_ptr<double>();
+  if (v[0] == 0.0) return;  // a skipped step trains no policy (after_step is not called either)
+  update_policy(v[1] - v[2], nullptr);
 }
 
 void FalconMethod::telemetry(nlohmann::json& m) {

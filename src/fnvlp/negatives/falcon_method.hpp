@@ -21,6 +21,15 @@ class FalconMethod : public GroupedMethod {
   bool needs_plain_mlm() const override { return true; }
   void on_batch(const nlohmann::json& sampler_state) override;
   void after_step(StepContext& s) override;
+  // The static step: the step's plain MLM loss and flag kept on the device (commit), the reward
+  // pass a graph of its own (after_update), then one read of the three and the policy update on
+  // the host (after_device_step).
+  void stage(const data::Batch& host, const StepPosition& at,
+             const std::vector<int64_t>& key) override;
+  void commit(StepContext& s) override;
+  bool wants_after_update(const StepPosition& at) const override { return at.epoch > 0; }
+  void after_update(StepContext& s) override;
+  void after_device_step(const StepPosition& at) override;
   void telemetry(nlohmann::json& m) override;
   void save(const std::string& dir) override;
   void load(const std::string& dir, int world_size) override;
@@ -30,6 +39,10 @@ class FalconMethod : public GroupedMethod {
   std::unique_ptr<FalconScheduler> falcon_;
   FalconDraws draws_;  // the q draws that composed the current batch
   std::vector<double> reward_window_ = std::vector<double>(2, 0.0);  // sum of rewards; count
+  // The reward's REINFORCE update given Δ_k (every rank, in step).
+  void update_policy(double reward, StepClock* clock);
+  // The static step's float [3] on the device: finite flag, L_MLM before and after the update.
+  torch::Tensor staged_;
 };
 
 }  // namespace fnvlp::negatives

@@ -18,7 +18,13 @@ void FilterTelemetry::record(const torch::Tensor& exclude_i2t, const torch::Tens
                     (exclude_i2t & known).sum() + (exclude_t2i & known).sum(), ci[2] + ct[2],
                     known.sum()})
           .to(torch::kLong);
-  sums_ = sums_.defined() ? sums_ + step : step;
+  if (!sums_.defined()) allocate(step.device());
+  sums_.add_(step);
+}
+
+void FilterTelemetry::allocate(const torch::Device& device) {
+  if (!sums_.defined() || sums_.device() != device)
+    sums_ = torch::zeros({7}, torch::TensorOptions().dtype(torch::kLong).device(device));
 }
 
 void FilterTelemetry::report(const Comm& comm, nlohmann::json& m) {
@@ -29,7 +35,7 @@ void FilterTelemetry::report(const Comm& comm, nlohmann::json& m) {
     for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<double>(v[i]);
   }
   comm.allreduce_sum(c);
-  sums_ = torch::Tensor();
+  if (sums_.defined()) sums_.zero_();
   if (c[0] <= 0) return;
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   m["filtered_frac_i2t"] = ratio(c[1], c[0]);

@@ -21,11 +21,15 @@ class FilterTelemetry {
               const torch::Tensor& label_all);
   // Collective: filtered_frac_i2t / _t2i and, with labels, fn_precision / fn_recall / fn_f1.
   void report(const Comm& comm, nlohmann::json& m);
+  // The sums on `device` from now on (the static step: call before the step, so that a captured
+  // record adds into this tensor in place).
+  void allocate(const torch::Device& device);
 
  private:
   // int64 [7] since the last report, on the masks' device (undefined before the first record):
   // negatives, filtered i2t, filtered t2i, filtered sharing the anchor's label, filtered with
   // both labels known, negatives sharing the anchor's label, negatives with both labels known.
+  // Added to in place and zeroed at a report: it keeps its address.
   torch::Tensor sums_;
 };
 

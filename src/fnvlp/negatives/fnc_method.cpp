@@ -8,7 +8,7 @@ FncMethod::FncMethod(const MethodEnv& env, double alpha, int64_t start_epoch)
     : env_(env), alpha_(alpha), start_epoch_(start_epoch) {}
 
 void FncMethod::adjust_itc(StepContext& s, loss::ItcInputs& in) {
-  if (s.epoch < start_epoch_) return;
+  if (s.static_step ? !staged_active_ : s.epoch < start_epoch_) return;
   torch::NoGradGuard no_grad;
   const loss::ItcCosine cos = loss::itc_cosine(in);
   in.exclude_i2t = fnc_filter(cos.i2t, s.negative, alpha_);

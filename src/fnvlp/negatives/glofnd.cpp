@@ -38,11 +38,36 @@ GlofndSide::GlofndSide(data::PairRange block, const GlofndOptions& opt, torch::D
   FNVLP_CHECK(opt.alpha >= 0 && opt.alpha <= 1, "glofnd: alpha " << opt.alpha << " not in [0, 1]");
   FNVLP_CHECK(opt.lr > 0, "glofnd: lr must be > 0, got " << opt.lr);
   FNVLP_CHECK(opt.init >= -1 && opt.init <= 1, "glofnd: init " << opt.init << " not in [-1, 1]");
-  const auto f = torch::TensorOptions().dtype(torch::kFloat).device(device);
-  lambda_ = torch::full({block.size()}, static_cast<float>(opt.init), f);
-  m_ = torch::zeros({block.size()}, f);
-  v_ = torch::zeros({block.size()}, f);
-  count_ = torch::zeros({block.size()}, f.dtype(torch::kInt));
+  const auto f = torch::TensorOptions().dtype(torch::kFloat).device(device_);
+  const int64_t n = block.size() + 1;  // the spare slot last
+  lambda_all_ = torch::full({n}, static_cast<float>(opt.init), f);
+  m_all_ = torch::zeros({n}, f);
+  v_all_ = torch::zeros({n}, f);
+  count_all_ = torch::zeros({n}, f.dtype(torch::kInt));
+  lambda_ = lambda_all_.narrow(0, 0, block.size());
+  m_ = m_all_.narrow(0, 0, block.size());
+  v_ = v_all_.narrow(0, 0, block.size());
+  count_ = count_all_.narrow(0, 0, block.size());
+  // The scalar recurrence's m / (1 − std::pow(β1, t)) and v / (1 − std::pow(β2, t)), up to the t
+  // from which both are exactly 1 (about 1,850 rows at β2 = 0.98, 37,000 at 0.999).
+  constexpr int64_t kMaxRows = int64_t{1} << 22;
+  std::vector<double> host;
+  for (int64_t t = 0;; ++t) {
+    const double c1 = 1 - std::pow(opt_.beta1, static_cast<double>(t));
+    const double c2 = 1 - std::pow(opt_.beta2, static_cast<double>(t));
+    host.push_back(c1);
+    host.push_back(c2);
+    if (t > 0 && c1 == 1.0 && c2 == 1.0) {
+      bias_saturated_ = t;
+      break;
+    }
+    FNVLP_CHECK(t < kMaxRows, "glofnd: beta1 " << opt_.beta1 << " / beta2 " << opt_.beta2
+                                               << " do not reach a bias correction of 1 within "
+                                               << kMaxRows << " updates (too close to 1)");
+  }
+  bias_ = to_device_async(
+      torch::tensor(host, torch::kDouble).view({static_cast<int64_t>(host.size() / 2), 2}),
+      device_);
 }
 
 int64_t GlofndSide::local(int64_t pair_id) const {
@@ -52,35 +77,32 @@ int64_t GlofndSide::local(int64_t pair_id) const {
   return pair_id - block_.begin;
 }
 
-torch::Tensor GlofndSide::local_index(const std::vector<int64_t>& pair_ids) const {
+std::vector<int64_t> GlofndSide::local_indices(const std::vector<int64_t>& pair_ids) const {
   std::vector<int64_t> idx(pair_ids.size());
   for (size_t r = 0; r < pair_ids.size(); ++r) idx[r] = local(pair_ids[r]);
-  return to_device_async(torch::tensor(idx, torch::kLong), device_);
+  return idx;
 }
 
-const torch::Tensor& GlofndSide::bias_table(int64_t visits) {
-  count_bound_ += visits;
-  int64_t need = count_bound_ + 1;
-  if (bias_saturated_ >= 0) need = std::min(need, bias_saturated_ + 1);
-  if (bias_.defined() && bias_.size(0) >= need) return bias_;
-  // Grown geometrically: a new table is one host-to-device copy, not one per step.
-  const int64_t rows = std::max<int64_t>({need, 64, bias_.defined() ? 2 * bias_.size(0) : 0});
-  std::vector<double> host;
-  host.reserve(static_cast<size_t>(2 * rows));
-  for (int64_t t = 0; t < rows; ++t) {
-    // The scalar recurrence's m / (1 − std::pow(β1, t)) and v / (1 − std::pow(β2, t)).
-    const double c1 = 1 - std::pow(opt_.beta1, static_cast<double>(t));
-    const double c2 = 1 - std::pow(opt_.beta2, static_cast<double>(t));
-    host.push_back(c1);
-    host.push_back(c2);
-    if (t > 0 && c1 == 1.0 && c2 == 1.0) {  // β^t only shrinks: 1 from here on
-      bias_saturated_ = t;
-      break;
-    }
-  }
-  const auto n = static_cast<int64_t>(host.size() / 2);
-  bias_ = to_device_async(torch::tensor(host, torch::kDouble).view({n, 2}), device_);
-  return bias_;
+torch::Tensor GlofndSide::local_index(const std::vector<int64_t>& pair_ids) const {
+  return to_device_async(torch::tensor(local_indices(pair_ids), torch::kLong), device_);
+}
+
+std::array<torch::Tensor, 4> GlofndSide::adam_rows(
+    const torch::Tensor& lam, const torch::Tensor& m_old, const torch::Tensor& v_old,
+    const torch::Tensor& c_old, const torch::Tensor& g, const torch::Tensor& ok) const {
+  // Adam with per-anchor bias correction, each operation rounded as the scalar
+  //   m = β1 m + (1 − β1) g;  v = β2 v + (1 − β2) g g;  t = count + 1;
+  //   λ = Π_[−1, 1](λ − lr (m / (1 − β1^t)) / (√(v / (1 − β2^t)) + ε))
+  const torch::Tensor m = m_old.to(torch::kDouble) * opt_.beta1 + g * (1 - opt_.beta1);
+  const torch::Tensor v = v_old.to(torch::kDouble) * opt_.beta2 + g * (1 - opt_.beta2) * g;
+  const torch::Tensor t = (c_old.to(torch::kLong) + 1).clamp_max(bias_saturated_);
+  const torch::Tensor bc = bias_.index_select(0, t);
+  const torch::Tensor m_hat = m / bc.select(1, 0), v_hat = v / bc.select(1, 1);
+  const torch::Tensor next =
+      (lam.to(torch::kDouble) - m_hat * opt_.lr / (v_hat.sqrt() + opt_.eps)).clamp(-1.0, 1.0);
+  return {torch::where(ok, next.to(torch::kFloat), lam),
+          torch::where(ok, m.to(torch::kFloat), m_old),
+          torch::where(ok, v.to(torch::kFloat), v_old), torch::where(ok, c_old + 1, c_old)};
 }
 
 torch::Tensor GlofndSide::update_and_filter(const torch::Tensor& cos, const torch::Tensor& negative,
@@ -108,8 +130,7 @@ torch::Tensor GlofndSide::update_and_filter(const torch::Tensor& cos, const torc
   const torch::Tensor g =
       opt_.alpha -
       above_threshold(cos, negative, lam0).sum(1).to(torch::kDouble) / n.to(torch::kDouble);
-  const torch::Tensor sampled = n > 0;  // no negative in the batch: no subgradient sample
-  const torch::Tensor& bias = bias_table(rounds);
+  const torch::Tensor sampled = n > 0;       // no negative in the batch: no subgradient sample
   last_ = rounds > 1 ? lam0.clone() : lam0;  // one round replaces it whole
   for (int64_t k = 0; k < rounds; ++k) {
     torch::Tensor rows;  // undefined: every row
@@ -127,37 +148,107 @@ torch::Tensor GlofndSide::update_and_filter(const torch::Tensor& cos, const torc
     const auto state = [&](const torch::Tensor& t, const torch::Tensor& before) {
       return k == 0 ? pick(before) : t.index_select(0, ids);
     };
-    const torch::Tensor lam = state(lambda_, lam0), m_old = state(m_, undo_m_),
-                        v_old = state(v_, undo_v_), c_old = state(count_, undo_count_);
-    // Adam with per-anchor bias correction, each operation rounded as the scalar
-    //   m = β1 m + (1 − β1) g;  v = β2 v + (1 − β2) g g;  t = count + 1;
-    //   λ = Π_[−1, 1](λ − lr (m / (1 − β1^t)) / (√(v / (1 − β2^t)) + ε))
-    const torch::Tensor m = m_old.to(torch::kDouble) * opt_.beta1 + gk * (1 - opt_.beta1);
-    const torch::Tensor v = v_old.to(torch::kDouble) * opt_.beta2 + gk * (1 - opt_.beta2) * gk;
-    torch::Tensor t = c_old.to(torch::kLong) + 1;
-    if (bias_saturated_ >= 0) t = t.clamp_max(bias_saturated_);
-    const torch::Tensor bc = bias.index_select(0, t);
-    const torch::Tensor m_hat = m / bc.select(1, 0), v_hat = v / bc.select(1, 1);
-    const torch::Tensor next =
-        (lam.to(torch::kDouble) - m_hat * opt_.lr / (v_hat.sqrt() + opt_.eps)).clamp(-1.0, 1.0);
-    const torch::Tensor lam_new = torch::where(ok, next.to(torch::kFloat), lam);
-    lambda_.index_copy_(0, ids, lam_new);
-    m_.index_copy_(0, ids, torch::where(ok, m.to(torch::kFloat), m_old));
-    v_.index_copy_(0, ids, torch::where(ok, v.to(torch::kFloat), v_old));
-    count_.index_copy_(0, ids, torch::where(ok, c_old + 1, c_old));
+    const auto next = adam_rows(state(lambda_, lam0), state(m_, undo_m_), state(v_, undo_v_),
+                                state(count_, undo_count_), gk, ok);
+    lambda_.index_copy_(0, ids, next[0]);
+    m_.index_copy_(0, ids, next[1]);
+    v_.index_copy_(0, ids, next[2]);
+    count_.index_copy_(0, ids, next[3]);
     if (rows.defined())
-      last_.index_copy_(0, rows, torch::where(ok, lam_new, lam0.index_select(0, rows)));
+      last_.index_copy_(0, rows, torch::where(ok, next[0], pick(lam0)));
     else
-      last_ = lam_new;
+      last_ = next[0];
   }
   return above_threshold(cos, negative, last_);
+}
+
+void GlofndSide::stage(const std::vector<int64_t>& pair_ids, int64_t rounds) {
+  const auto b = static_cast<int64_t>(pair_ids.size());
+  const std::vector<int64_t> idx = local_indices(pair_ids);
+  std::vector<int64_t> round_index(static_cast<size_t>(rounds * b), block_.size());  // spare
+  std::vector<uint8_t> in_round(static_cast<size_t>(rounds * b), 0);
+  std::unordered_map<int64_t, int64_t> seen;
+  for (int64_t r = 0; r < b; ++r) {
+    const int64_t k = seen[idx[static_cast<size_t>(r)]]++;
+    FNVLP_CHECK(k < rounds, "glofnd: pair " << pair_ids[static_cast<size_t>(r)]
+                                            << " appears more than " << rounds
+                                            << " times in the batch staged for " << rounds
+                                            << " rounds");
+    round_index[static_cast<size_t>(k * b + r)] = idx[static_cast<size_t>(r)];
+    in_round[static_cast<size_t>(k * b + r)] = 1;
+  }
+  Staged& st = staged_[rounds];
+  if (!st.index.defined() || st.index.size(0) != b) {
+    const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(device_);
+    st.index = torch::empty({b}, i64);
+    st.round_index = torch::empty({rounds, b}, i64);
+    st.in_round = torch::empty({rounds, b}, i64.dtype(torch::kBool));
+  }
+  if (!staged_last_.defined() || staged_last_.size(0) != b)
+    staged_last_ = torch::empty({b}, lambda_.options());
+  stage_into(st.index, torch::tensor(idx, torch::kLong));
+  stage_into(st.round_index, torch::tensor(round_index, torch::kLong).view({rounds, b}));
+  stage_into(st.in_round,
+             torch::tensor(in_round, torch::kUInt8).view({rounds, b}).to(torch::kBool));
+  current_ = &st;
+}
+
+torch::Tensor GlofndSide::update_and_filter_staged(const torch::Tensor& cos,
+                                                   const torch::Tensor& negative) {
+  FNVLP_CHECK(current_ != nullptr, "glofnd: update_and_filter_staged before stage");
+  const Staged& st = *current_;
+  check_inputs(cos, negative, static_cast<size_t>(st.index.size(0)), device_, "glofnd");
+  torch::NoGradGuard no_grad;
+  const torch::Tensor lam0 = lambda_all_.index_select(0, st.index);
+  undo_index_ = st.index;
+  undo_lambda_ = lam0;
+  undo_m_ = m_all_.index_select(0, st.index);
+  undo_v_ = v_all_.index_select(0, st.index);
+  undo_count_ = count_all_.index_select(0, st.index);
+  const torch::Tensor n = negative.sum(1);
+  const torch::Tensor g =
+      opt_.alpha -
+      above_threshold(cos, negative, lam0).sum(1).to(torch::kDouble) / n.to(torch::kDouble);
+  const torch::Tensor sampled = n > 0;
+  torch::Tensor last = lam0;
+  // Every round over every row: a row outside round k reads and writes back the spare slot (the
+  // same value from every such row), so the rows of round k are the only ones that change.
+  for (int64_t k = 0; k < st.round_index.size(0); ++k) {
+    const torch::Tensor ids = st.round_index[k];
+    const torch::Tensor ok = st.in_round[k] & sampled;
+    const auto next =
+        adam_rows(lambda_all_.index_select(0, ids), m_all_.index_select(0, ids),
+                  v_all_.index_select(0, ids), count_all_.index_select(0, ids), g, ok);
+    lambda_all_.index_copy_(0, ids, next[0]);
+    m_all_.index_copy_(0, ids, next[1]);
+    v_all_.index_copy_(0, ids, next[2]);
+    count_all_.index_copy_(0, ids, next[3]);
+    last = torch::where(ok, next[0], last);
+  }
+  staged_last_.copy_(last);
+  return above_threshold(cos, negative, last);
+}
+
+void GlofndSide::commit(const torch::Tensor& finite) {
+  if (!undo_index_.defined()) return;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor keep = finite.to(torch::kBool);
+  // An anchor listed twice writes the same two values twice: the gathers below read one slot.
+  const std::array<const torch::Tensor*, 4> before = {&undo_lambda_, &undo_m_, &undo_v_,
+                                                      &undo_count_};
+  const auto all = store();
+  for (size_t i = 0; i < all.size(); ++i) {
+    torch::Tensor& t = *all[i];
+    t.index_copy_(0, undo_index_, torch::where(keep, t.index_select(0, undo_index_), *before[i]));
+  }
+  undo_index_ = undo_lambda_ = undo_m_ = undo_v_ = undo_count_ = torch::Tensor();
 }
 
 void GlofndSide::restart_from(const std::vector<float>& lambda) {
   FNVLP_CHECK(static_cast<int64_t>(lambda.size()) == block_.size(),
               "glofnd: " << lambda.size() << " starting λ for a block of " << block_.size());
   const auto next = to_device_async(torch::tensor(lambda, torch::kFloat), device_);
-  lambda_ = torch::where(torch::isnan(next), lambda_, next.clamp(-1.0f, 1.0f));
+  lambda_.copy_(torch::where(torch::isnan(next), lambda_, next.clamp(-1.0f, 1.0f)));
   m_.zero_();
   v_.zero_();
   count_.zero_();
@@ -205,13 +296,11 @@ void GlofndSide::import_rows(const std::vector<float>& rows) {
                                               << block_.size() * kCols);
   const auto h = torch::tensor(rows, torch::kFloat).view({block_.size(), kCols});
   const auto d = h.to(device_);
-  lambda_ = d.select(1, 0).contiguous();
-  m_ = d.select(1, 1).contiguous();
-  v_ = d.select(1, 2).contiguous();
-  count_ = d.select(1, 3).to(torch::kInt).contiguous();
-  count_bound_ = 0;
-  for (size_t i = 3; i < rows.size(); i += kCols)
-    count_bound_ = std::max(count_bound_, static_cast<int64_t>(rows[i]));
+  // Into the store in place: a captured step holds its addresses.
+  lambda_.copy_(d.select(1, 0));
+  m_.copy_(d.select(1, 1));
+  v_.copy_(d.select(1, 2));
+  count_.copy_(d.select(1, 3).to(torch::kInt));
   undo_index_ = torch::Tensor();
 }
 

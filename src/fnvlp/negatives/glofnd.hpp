@@ -19,13 +19,18 @@
 // on another rank count by loading the pair_ids of its new block.
 //
 // The state lives on the model's device and a step's update is tensor arithmetic there: nothing
-// is read back to the host per step. The update repeats the scalar recurrence's double-precision
-// operations one by one (each rounded as the scalar code rounds it; the bias corrections
-// 1 − β^t come from a host table of std::pow), so that CPU and CUDA give the same λ for the same
-// counts (a CUDA unit case compares them) and the CPU result is the scalar loop's bit for bit.
+// is read back to the host per step. The static step (train/static_step.cpp, what CUDA graphs
+// capture) runs the same update on inputs staged at fixed addresses: each round writes every row,
+// the rows outside the round to a spare slot past the block, so no shape depends on the batch. The
+// update repeats the scalar recurrence's double-precision operations one by one (each rounded as
+// the scalar code rounds it; the bias corrections 1 − β^t come from a host table of std::pow), so
+// that CPU and CUDA give the same λ for the same counts (a CUDA unit case compares them) and the
+// CPU result is the scalar loop's bit for bit.
 #include <torch/torch.h>
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "fnvlp/data/sampler.hpp"
@@ -53,6 +58,22 @@ class GlofndSide {
   // Restores λ, the moments and the counts the last update_and_filter changed (a step skipped
   // for a non-finite loss must not move them); a second call changes nothing.
   void undo_last_update();
+  // --- the static step: the same update, every shape fixed, the skip decided on the device ---
+  // Host, before the step: the anchors of the rows (pair_ids, all inside the block) for an update
+  // in `rounds` rounds, at least their own (an anchor listed k times needs k; the extra rounds,
+  // where the ranks agreed on a larger count, change nothing). One set of fixed-address tensors
+  // per round count.
+  void stage(const std::vector<int64_t>& pair_ids, int64_t rounds);
+  // In the step: update_and_filter over the staged rows (λ, m, v and the counts are written now,
+  // the values before kept for commit). Returns the exclusion mask.
+  torch::Tensor update_and_filter_staged(const torch::Tensor& cos, const torch::Tensor& negative);
+  // In the step, once the ranks agreed: the update stays where finite (float 0-dim) is 1, the
+  // values before it come back where it is 0.
+  void commit(const torch::Tensor& finite);
+  // λ of each row after the last staged update (float [b]; a tensor allocated by stage, written in
+  // the step: what a host reads after a replay).
+  const torch::Tensor& staged_lambdas() const { return staged_last_; }
+
   // Exclusion mask with the current λ, no update (before the start epoch: false everywhere is
   // what the trainer wants; this is for evaluation and tests).
   torch::Tensor filter(const torch::Tensor& cos, const torch::Tensor& negative,
@@ -77,23 +98,38 @@ class GlofndSide {
 
  private:
   int64_t local(int64_t pair_id) const;
+  std::vector<int64_t> local_indices(const std::vector<int64_t>& pair_ids) const;
   torch::Tensor local_index(const std::vector<int64_t>& pair_ids) const;  // on the device
-  // (1 − β1^t, 1 − β2^t) as double [T, 2] on the device for t < T, T > every count after this
-  // call's `visits` more updates (an anchor's count grows by at most one per visit).
-  const torch::Tensor& bias_table(int64_t visits);
+  // One Adam step of the rows: their λ, m, v, count before, the subgradient g (double) and
+  // whether the row has a sample (ok); returns λ, m, v, count after (the old values where !ok).
+  std::array<torch::Tensor, 4> adam_rows(const torch::Tensor& lam, const torch::Tensor& m_old,
+                                         const torch::Tensor& v_old, const torch::Tensor& c_old,
+                                         const torch::Tensor& g, const torch::Tensor& ok) const;
+  // The four state tensors of the whole store, spare slot included (index_copy_ targets).
+  std::array<torch::Tensor*, 4> store() { return {&lambda_all_, &m_all_, &v_all_, &count_all_}; }
 
   data::PairRange block_;
   GlofndOptions opt_;
   torch::Device device_;
-  torch::Tensor lambda_, m_, v_;  // float [block]
-  torch::Tensor count_;           // int32 [block]
-  torch::Tensor last_;            // see last_lambdas()
-  // The bias table and a bound on every count (host: no read of the device to size it).
+  // float [block + 1] (count: int32): the block's anchors, then a spare slot that the static
+  // update writes its padding rows to; lambda_, m_, v_ and count_ are the block's views of them.
+  torch::Tensor lambda_all_, m_all_, v_all_, count_all_;
+  torch::Tensor lambda_, m_, v_, count_;
+  torch::Tensor last_;  // see last_lambdas()
+  // (1 − β1^t, 1 − β2^t) as double [T, 2] on the device, T - 1 the count from which both are
+  // exactly 1 (computed once: β^t only shrinks), so every count indexes it after a clamp.
   torch::Tensor bias_;
-  int64_t count_bound_ = 0;
-  int64_t bias_saturated_ = -1;  // t from which both corrections are exactly 1 (-1: not yet)
+  int64_t bias_saturated_ = 0;
   // The last update's anchors (device indices) and their λ, m, v, count before it.
   torch::Tensor undo_index_, undo_lambda_, undo_m_, undo_v_, undo_count_;
+  // The static step's staged rows per round count: local indices [b], the round's targets
+  // [rounds, b] (the spare slot for rows outside the round) and membership [rounds, b].
+  struct Staged {
+    torch::Tensor index, round_index, in_round;
+  };
+  std::map<int64_t, Staged> staged_;
+  const Staged* current_ = nullptr;
+  torch::Tensor staged_last_;
 };
 
 // λ_I and λ_T of the rank's block.

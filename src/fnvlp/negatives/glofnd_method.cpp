@@ -76,7 +76,55 @@ void GlofndMethod::epoch_exported(int64_t next_epoch, const std::string& path) {
         restart_["glofnd_exact_init_gap_text"].get<double>());
 }
 
+std::vector<int64_t> GlofndMethod::static_key(const data::Batch& host, const StepPosition& at) {
+  if (at.epoch < start_epoch_) return {0};
+  // The most rows of one anchor in the batch: the update's round count.
+  std::vector<int64_t> ids = to_vector(host.pair_id);
+  std::sort(ids.begin(), ids.end());
+  int64_t rounds = ids.empty() ? 0 : 1, run = 1;
+  for (size_t i = 1; i < ids.size(); ++i) {
+    run = ids[i] == ids[i - 1] ? run + 1 : 1;
+    rounds = std::max(rounds, run);
+  }
+  return {rounds};
+}
+
+void GlofndMethod::stage(const data::Batch& host, const StepPosition&,
+                         const std::vector<int64_t>& key) {
+  staged_active_ = key.at(0) > 0;
+  if (!staged_active_) return;
+  const std::vector<int64_t> pids = to_vector(host.pair_id);
+  state_.image.stage(pids, key[0]);
+  state_.text.stage(pids, key[0]);
+  fn_.allocate(env_.device);
+  if (!finite_.defined())
+    finite_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(env_.device));
+}
+
+void GlofndMethod::commit(StepContext& s) {
+  if (!staged_active_) return;
+  state_.image.commit(s.finite);
+  state_.text.commit(s.finite);
+  finite_.copy_(s.finite);
+}
+
+void GlofndMethod::after_device_step(const StepPosition&) {
+  if (!staged_active_) return;
+  lambda_image_.push_back(state_.image.staged_lambdas().clone());
+  lambda_text_.push_back(state_.text.staged_lambdas().clone());
+  lambda_finite_.push_back(finite_.clone());
+}
+
 void GlofndMethod::adjust_itc(StepContext& s, loss::ItcInputs& in) {
+  if (s.static_step) {
+    if (!staged_active_) return;
+    torch::NoGradGuard no_grad;
+    const loss::ItcCosine cos = loss::itc_cosine(in);
+    in.exclude_i2t = state_.image.update_and_filter_staged(cos.i2t, s.negative);
+    in.exclude_t2i = state_.text.update_and_filter_staged(cos.t2i, s.negative);
+    fn_.record(in.exclude_i2t, in.exclude_t2i, s.negative, s.batch.label, s.label_all);
+    return;
+  }
   if (s.epoch < start_epoch_) return;
   torch::NoGradGuard no_grad;
   const loss::ItcCosine cos = loss::itc_cosine(in);
@@ -106,10 +154,18 @@ void GlofndMethod::telemetry(nlohmann::json& m) {
     m.update(restart_);
     restart_ = nlohmann::json();
   }
+  // The static step's rows of skipped steps leave here (the eager step pops them at the skip).
+  torch::Tensor keep;
+  if (!lambda_finite_.empty()) {
+    const int64_t b = lambda_image_.empty() ? 0 : lambda_image_[0].numel();
+    keep = torch::stack(lambda_finite_).gt(0).repeat_interleave(b).to(torch::kCPU);
+    lambda_finite_.clear();
+  }
   auto stats = [&](std::vector<torch::Tensor>& window, const char* side) {
     std::vector<float> local;
     if (!window.empty()) {  // one copy from the device per window
-      const auto h = torch::cat(window).to(torch::kCPU).contiguous();
+      torch::Tensor h = torch::cat(window).to(torch::kCPU).contiguous();
+      if (keep.defined()) h = h.masked_select(keep).contiguous();
       local.assign(h.data_ptr<float>(), h.data_ptr<float>() + h.numel());
     }
     window.clear();

@@ -21,6 +21,13 @@ class GlofndMethod : public Method {
   void adjust_itc(StepContext& s, loss::ItcInputs& in) override;
   void after_step(StepContext&) override { step_updated_ = false; }
   void skipped_step(StepContext& s) override;
+  // The static step: {rounds} (0 before the start epoch), the rows staged, the update committed
+  // on the finite flag, λ and the flag copied into the window after the step.
+  std::vector<int64_t> static_key(const data::Batch& host, const StepPosition& at) override;
+  void stage(const data::Batch& host, const StepPosition& at,
+             const std::vector<int64_t>& key) override;
+  void commit(StepContext& s) override;
+  void after_device_step(const StepPosition& at) override;
   void telemetry(nlohmann::json& m) override;
   void save(const std::string& dir) override;
   bool collective_save() const override { return true; }
@@ -38,6 +45,11 @@ class GlofndMethod : public Method {
   FilterTelemetry fn_;
   // λ of the window's anchors after their update, a tensor per step on the state's device.
   std::vector<torch::Tensor> lambda_image_, lambda_text_;
+  // The static step: each step's flag beside its λ (a skipped step's λ leave the statistics when
+  // the window is read), the flag written in the step, and whether the staged step updates λ.
+  std::vector<torch::Tensor> lambda_finite_;
+  torch::Tensor finite_;
+  bool staged_active_ = false;
   bool step_updated_ = false;  // the last adjust_itc updated λ (skipped_step undoes it)
   nlohmann::json restart_;     // the last exact (re)initialisation, for the next window's metrics
 };

@@ -14,6 +14,24 @@
 //                     the earlier hooks changed, so a skipped step leaves the method's state as it
 //                     was (GloFND's λ moves in adjust_itc, before the finiteness check)
 //   set_epoch_embeddings between epochs, the embeddings of the rank's block (grouped samplers)
+//
+// The static step (train.static_step, train.cuda_graphs: train/static_step.cpp) calls the same
+// hooks inside a device step that a CUDA graph captures once and replays, so there they must not
+// read the device from the host, must keep every shape fixed, and must not depend on the host's
+// step-to-step values (StepContext::host is empty there, step and epoch are -1). What they need of
+// the host batch is staged before the step, into tensors the method allocated once:
+//
+//   static_key        host, before the step: what the method's device work depends on beyond the
+//                     tensors' contents (GloFND's active flag and round count); part of the graph's
+//                     key, agreed over the ranks (the maximum of each entry)
+//   stage             host, before the step, with the agreed key: the method's staged inputs
+//   build_itc .. extra_losses   as in the eager step, with StepContext::static_step set
+//   commit            in the device step, after the optimizer: the step's state changes applied
+//                     where StepContext::finite is 1 and undone where it is 0 (no skipped_step)
+//   after_update      host: a forward pass of the updated model that the trainer runs as a graph
+//                     of its own (FALCON's reward pass), after reseeding the step's dropout
+//   after_device_step host, after the step (or its replay) was enqueued: window copies on the
+//                     device, and FALCON's policy update (its one read of the device per step)
 //   epoch_exported    between epochs, the training set's export (GloFND's exact initialisation)
 //   telemetry         named metrics of a logging window (collective)
 //   save / load       checkpoint state (per global pair_id or per rank)
@@ -83,6 +101,22 @@ struct StepContext {
   // (needs_plain_mlm: want_plain_mlm is then set).
   bool want_plain_mlm = false;
   double mlm_plain = 0;
+  torch::Tensor images2{};  // TCL's second augmented view (the loader's), on the device
+
+  // --- the static step only (see the header) ---
+  bool static_step = false;
+  torch::Tensor soft_weight_t{};  // float 0-dim: soft_weight
+  torch::Tensor image_id_all{};   // int64 [N]: image_id of the global columns
+  torch::Tensor pair_id_all{};    // int64 [N]: pair_id of the global columns (momentum's queue)
+  torch::Tensor mlm_plain_t{};    // float 0-dim: mlm_plain, on the device
+  // float 0-dim, 1 when every rank's loss is finite and the optimizer step was taken, 0 when it
+  // was skipped: set before commit.
+  torch::Tensor finite{};
+};
+
+// Where the run is at a step, for the static step's host hooks.
+struct StepPosition {
+  int64_t step = 0, epoch = 0, total_steps = 0;
 };
 
 struct NamedLoss {
@@ -103,6 +137,11 @@ class Method {
   virtual bool synchronous_sampler() const { return false; }
   // The step must fill StepContext::mlm_plain.
   virtual bool needs_plain_mlm() const { return false; }
+  // The loader must make StepContext::images2, a second augmented view of the batch (TCL), from
+  // step_generator(seed, step, rank, kTclViewStream).
+  virtual bool wants_second_view() const { return false; }
+  // The static step must stage StepContext::pair_id_all (momentum's queue).
+  virtual bool needs_pair_ids() const { return false; }
 
   virtual void on_batch(const nlohmann::json& sampler_state) {}
   virtual bool build_itc(StepContext& s, loss::ItcInputs& in) { return false; }
@@ -112,8 +151,24 @@ class Method {
     return {};
   }
   virtual void extra_losses(StepContext& s, std::vector<NamedLoss>& out) {}
+  // The names extra_losses adds, in its order (the static step keeps their values on the device).
+  virtual std::vector<std::string> extra_loss_names() const { return {}; }
   virtual void after_step(StepContext& s) {}
   virtual void skipped_step(StepContext& s) {}
+
+  // The static step (see the header). host: the composed batch; at: where the run is.
+  virtual std::vector<int64_t> static_key(const data::Batch& host, const StepPosition& at) {
+    return {};
+  }
+  // key: the agreed static_key (every rank's maximum, entry by entry).
+  virtual void stage(const data::Batch& host, const StepPosition& at,
+                     const std::vector<int64_t>& key) {}
+  virtual void commit(StepContext& s) {}
+  // Whether the step at `at` wants after_update; after_update runs with StepContext::static_step
+  // set and the step's staged inputs.
+  virtual bool wants_after_update(const StepPosition& at) const { return false; }
+  virtual void after_update(StepContext& s) {}
+  virtual void after_device_step(const StepPosition& at) {}
 
   // The embeddings of this rank's block for `epoch` (computed at the end of epoch - 1, or read
   // back from its export on resume): float [block, E].

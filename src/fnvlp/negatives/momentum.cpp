@@ -49,6 +49,25 @@ void ema_update(torch::nn::Module& momentum, const torch::nn::Module& online, do
   }
 }
 
+void ema_update(torch::nn::Module& momentum, const torch::nn::Module& online, double m,
+                const torch::Tensor& finite) {
+  FNVLP_CHECK(m >= 0 && m <= 1, "momentum must be in [0, 1], got " << m);
+  torch::NoGradGuard no_grad;
+  // Taken: theta_m * m + theta * (1 - m), the scalars rounded as ema_update's; skipped:
+  // theta_m * 1 + theta * 0, theta_m exactly (the online weights are finite: the step was skipped).
+  const torch::Tensor taken = finite.to(torch::kBool);
+  const auto f = finite.options().dtype(torch::kFloat);
+  const torch::Tensor keep = torch::where(taken, torch::full({}, m, f), torch::ones({}, f));
+  const torch::Tensor take = torch::where(taken, torch::full({}, 1.0 - m, f), torch::zeros({}, f));
+  for (auto& [pm, p] : paired_tensors(momentum, online)) {
+    if (!pm.is_floating_point()) {
+      pm.copy_(torch::where(taken, p, pm));
+      continue;
+    }
+    pm.mul_(keep.to(pm.dtype())).addcmul_(p.detach(), take.to(pm.dtype()));
+  }
+}
+
 void copy_module(torch::nn::Module& momentum, const torch::nn::Module& online) {
   torch::NoGradGuard no_grad;
   for (auto& [pm, p] : paired_tensors(momentum, online)) pm.copy_(p.detach());
@@ -87,6 +106,42 @@ void FeatureQueueImpl::enqueue(const torch::Tensor& img, const torch::Tensor& tx
   state_[0] = host_[0];
   state_[1] = host_[1];
   host_version_ = state_._version();
+}
+
+torch::Tensor FeatureQueueImpl::valid() const {
+  return torch::arange(capacity(), state_.options()) < state_[1];
+}
+
+void FeatureQueueImpl::enqueue_flagged(const torch::Tensor& img, const torch::Tensor& txt,
+                                       const torch::Tensor& image_id, const torch::Tensor& pair_id,
+                                       const torch::Tensor& finite) {
+  const int64_t k = capacity(), n = img.size(0);
+  FNVLP_CHECK(img.dim() == 2 && img.size(1) == dim() && txt.sizes() == img.sizes() &&
+                  image_id.dim() == 1 && image_id.size(0) == n &&
+                  pair_id.sizes() == image_id.sizes(),
+              "feature queue: enqueue of img " << img.sizes() << ", txt " << txt.sizes() << ", ids "
+                                               << image_id.sizes() << " and " << pair_id.sizes()
+                                               << " into [" << k << ", " << dim() << "]");
+  if (k == 0 || n == 0) return;
+  torch::NoGradGuard no_grad;
+  const int64_t keep = std::min(n, k), skip = n - keep;
+  const torch::Tensor taken = finite.to(torch::kBool);
+  // enqueue's destinations from the device pointer; a skipped step writes back what is there.
+  const torch::Tensor dst =
+      (torch::arange(keep, state_.options()) + (state_[0] + skip)).remainder(k);
+  auto put = [&](torch::Tensor& buffer, const torch::Tensor& rows) {
+    const torch::Tensor fresh = rows.detach().narrow(0, skip, keep).to(buffer.dtype());
+    const torch::Tensor old = buffer.index_select(0, dst);
+    buffer.index_copy_(0, dst, torch::where(taken, fresh, old));
+  };
+  put(img_, img);
+  put(txt_, txt);
+  put(image_id_, image_id.to(torch::kLong));
+  put(pair_id_, pair_id.to(torch::kLong));
+  const torch::Tensor next =
+      torch::stack({(state_[0] + n).remainder(k), (state_[1] + n).clamp_max(k)});
+  state_.copy_(torch::where(taken, next, state_));
+  forget_host_state();
 }
 
 const std::array<int64_t, 2>& FeatureQueueImpl::host_state() const {

@@ -15,6 +15,10 @@ namespace fnvlp::negatives {
 // same structure (ALBEF _momentum_update, applied here after each optimizer step taken). No
 // autograd. Throws fnvlp::Error when the structures differ.
 void ema_update(torch::nn::Module& momentum, const torch::nn::Module& online, double m);
+// The same where `finite` (float 0-dim on the modules' device) is 1; where it is 0 the momentum
+// model stays as it is (the static step's skipped step), without a read of the flag by the host.
+void ema_update(torch::nn::Module& momentum, const torch::nn::Module& online, double m,
+                const torch::Tensor& finite);
 // theta_m <- theta (the momentum model's start: a copy of the online model, as ALBEF's
 // copy_params).
 void copy_module(torch::nn::Module& momentum, const torch::nn::Module& online);
@@ -48,6 +52,21 @@ class FeatureQueueImpl : public torch::nn::Module {
   // fill (after loading a checkpoint written with another queue_size or embed_dim). Reads the
   // pointer and fill afresh: run it after every load.
   void check(int64_t capacity, int64_t dim) const;
+
+  // The static step: the whole queue, its filled rows marked, the pointer and fill read and
+  // written on the device only.
+  const torch::Tensor& all_img() const { return img_; }
+  const torch::Tensor& all_txt() const { return txt_; }
+  const torch::Tensor& all_image_id() const { return image_id_; }
+  // bool [capacity]: the rows that hold a feature.
+  torch::Tensor valid() const;
+  // enqueue where `finite` (float 0-dim) is 1; nothing changes where it is 0.
+  void enqueue_flagged(const torch::Tensor& img, const torch::Tensor& txt,
+                       const torch::Tensor& image_id, const torch::Tensor& pair_id,
+                       const torch::Tensor& finite);
+  // The pointer and fill changed on the device without the host (a replayed graph): the next host
+  // read takes them from there.
+  void forget_host_state() const { host_of_ = nullptr; }
 
  private:
   torch::Tensor img_, txt_;           // float [capacity, dim]

@@ -39,18 +39,32 @@ bool MomentumMethod::build_itc(StepContext& s, loss::ItcInputs& in) {
     mi.txt_m = model_m_->text_embed(model_m_->encode_text(s.batch.tokens, s.batch.attention_mask))
                    .to(torch::kFloat);
   }
-  mi.img_m_all = allgather_rows(env_.comm, mi.img_m, &mi.offset);
-  mi.txt_m_all = allgather_rows(env_.comm, mi.txt_m, nullptr);
+  // One gather of both (every rank has batch_size rows: no agreement on the counts).
+  const int64_t e = mi.img_m.size(1);
+  const torch::Tensor both =
+      allgather_rows(env_.comm, torch::cat({mi.img_m, mi.txt_m}, 1), &mi.offset, env_.batch_size);
+  mi.img_m_all = both.narrow(1, 0, e).contiguous();
+  mi.txt_m_all = both.narrow(1, e, e).contiguous();
   mi.image_id = s.batch.image_id;
-  mi.image_id_all = allgather_ids(env_.comm, s.host.image_id, s.batch.image_id.device());
-  mi.queue_img = queue_->img();
-  mi.queue_txt = queue_->txt();
-  mi.queue_image_id = queue_->image_id();
+  if (s.static_step) {  // ids staged with the inputs; the queue whole, its empty rows masked
+    mi.image_id_all = s.image_id_all;
+    mi.queue_img = queue_->all_img();
+    mi.queue_txt = queue_->all_txt();
+    mi.queue_image_id = queue_->all_image_id();
+    mi.queue_valid = queue_->valid();
+  } else {
+    mi.image_id_all = allgather_ids(env_.comm, s.host.image_id, s.batch.image_id.device());
+    mi.queue_img = queue_->img();
+    mi.queue_txt = queue_->txt();
+    mi.queue_image_id = queue_->image_id();
+  }
   mi.temp = s.temp;
   mi.alpha = s.soft_weight;
   in = loss::momentum_itc_inputs(mi);
+  if (s.static_step) in.soft_weight_t = s.soft_weight_t;
   enqueue_ = {mi.img_m_all, mi.txt_m_all, mi.image_id_all,
-              allgather_ids(env_.comm, s.host.pair_id, s.batch.pair_id.device())};
+              s.static_step ? s.pair_id_all
+                            : allgather_ids(env_.comm, s.host.pair_id, s.batch.pair_id.device())};
   return true;
 }
 
@@ -67,8 +81,18 @@ torch::Tensor MomentumMethod::mlm_loss(StepContext& s, const torch::Tensor& fuse
                               s.batch.attention_mask, image_tokens_m_, m.positions)),
                           1);
   }
+  if (s.static_step) {  // targets padded with -100, alpha from memory, nothing read back
+    if (s.want_plain_mlm) s.mlm_plain_t = loss::padded_mlm_loss(logits.detach(), m.targets);
+    return loss::padded_mlm_loss(logits, m.targets, soft, s.soft_weight_t);
+  }
   if (s.want_plain_mlm) s.mlm_plain = loss::mlm_loss(logits.detach(), m.targets).item<double>();
   return loss::mlm_loss(logits, m.targets, soft, s.soft_weight);
+}
+
+void MomentumMethod::commit(StepContext& s) {
+  ema_update(*model_m_, *env_.model, momentum_, s.finite);
+  queue_->enqueue_flagged(enqueue_.img, enqueue_.txt, enqueue_.image_id, enqueue_.pair_id,
+                          s.finite);
 }
 
 // After the step taken: EMA of the new online weights, then the step's gathered momentum features

@@ -14,9 +14,14 @@ class MomentumMethod : public Method {
   // The momentum model starts equal to the (broadcast) online model (ALBEF copy_params).
   MomentumMethod(const MethodEnv& env, double momentum, int64_t queue_size);
   std::string name() const override { return "momentum"; }
+  bool needs_pair_ids() const override { return true; }
   bool build_itc(StepContext& s, loss::ItcInputs& in) override;
   torch::Tensor mlm_loss(StepContext& s, const torch::Tensor& fused_at_masked) override;
   void after_step(StepContext& s) override;
+  // The static step: the whole queue with its filled rows marked as keys; the EMA and the enqueue
+  // on the finite flag, the pointer on the device.
+  void commit(StepContext& s) override;
+  void after_device_step(const StepPosition&) override { queue_->forget_host_state(); }
   void save(const std::string& dir) override;
   void load(const std::string& dir, int world_size) override;
   uint64_t state_bytes() const override;

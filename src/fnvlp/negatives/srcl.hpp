@@ -18,6 +18,10 @@ namespace fnvlp::negatives {
 // [b, N]: w on negative columns (mean 1 per row over its negatives), 1 elsewhere.
 torch::Tensor srcl_weights(const torch::Tensor& cos_current, const torch::Tensor& cos_helper,
                            double a, const torch::Tensor& negative);
+// The same with a as a 0-dim float tensor on the similarities' device (the static step reads it
+// from memory); its range is the caller's to check.
+torch::Tensor srcl_weights(const torch::Tensor& cos_current, const torch::Tensor& cos_helper,
+                           const torch::Tensor& a, const torch::Tensor& negative);
 
 // a at `step` of `total`: a0 decaying linearly to 0 at the end of training (SRCL starts from the
 // helper alone, a = 1, and shifts weight to the model as it trains).

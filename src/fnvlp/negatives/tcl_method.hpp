@@ -12,6 +12,8 @@ class TclMethod : public Method {
   TclMethod(const MethodEnv& env, TclConfig cfg) : env_(env), cfg_(cfg) {}
   std::string name() const override { return "tcl"; }
   void extra_losses(StepContext& s, std::vector<NamedLoss>& out) override;
+  bool wants_second_view() const override { return true; }
+  std::vector<std::string> extra_loss_names() const override { return {"imc", "lmi"}; }
 
  private:
   MethodEnv env_;

@@ -14,9 +14,10 @@ namespace fnvlp::train {
 
 namespace {
 
-constexpr size_t kTensors = 6;
+constexpr size_t kTensors = 7;
 std::array<torch::Tensor*, kTensors> batch_tensors(data::Batch& b) {
-  return {&b.prepared, &b.tokens, &b.attention_mask, &b.pair_id, &b.image_id, &b.label};
+  return {&b.prepared, &b.prepared2, &b.tokens, &b.attention_mask,
+          &b.pair_id,  &b.image_id,  &b.label};
 }
 
 #if FNVLP_WITH_CUDA

@@ -2,26 +2,33 @@
 // every shape fixed from one step to the next and nothing read back from the device, so that CUDA
 // graphs can capture it once and replay it (train/step_graphs.hpp). What differs from the eager
 // step, and why:
-//   - the inputs are copied into tensors at fixed addresses (StaticInputs), refilled each step;
+//   - the inputs are copied into tensors at fixed addresses (StaticInputs), refilled each step,
+//     and so are the methods' own (Method::stage: GloFND's anchors, SRCL's helper weight);
+//   - the graph's key: MLM's padded row count and what each method's device work depends on
+//     (Method::static_key: GloFND's rounds, whether a filter is active yet), agreed over the
+//     ranks (the maximum of each entry), so that every rank captures and replays the same
+//     sequence of collectives;
 //   - MLM's masked positions, drawn on the host as in the eager step, are padded to a multiple of
-//     kMlmRowMultiple with ignored rows (loss/mlm.hpp pad_positions): a few shapes per run;
+//     kMlmRowMultiple with ignored rows (loss/mlm.hpp pad_positions), up to the agreed count;
 //   - ITM's hard negatives are drawn on the device (loss/itm.hpp draw_itm_pairs: ALBEF's
 //     distribution, 3b pairs always, weight 0 for a row without a candidate) from the default
-//     generator, which begin_step seeds per step; the MLM passes draw their dropout from the same
-//     stream (no reseed in the middle of a step, which a graph cannot replay);
-//   - the finite-loss decision is a device flag (all ranks: an all-reduce) handed to the optimizer,
-//     which skips the update on it (FlaggedAdamW); a NaN injected by the fault knobs multiplies the
-//     loss on the device;
+//     generator, which begin_step seeds per step; the image pass and then the MLM passes draw
+//     their dropout first from that stream (no reseed in the middle of a step, which a graph
+//     cannot replay), so that a pass of the updated model reseeded the same way repeats their
+//     masks (FALCON's reward, Method::after_update, a graph of its own);
+//   - the finite-loss decision is a device flag (all ranks: an all-reduce; a method's invalid
+//     input, such as a non-finite SRCL weight, clears it too) handed to the optimizer, which
+//     skips the update on it (FlaggedAdamW), and to the methods, whose state changes follow it
+//     (Method::commit); a NaN injected by the fault knobs multiplies the loss on the device;
 //   - the losses stay on the device, read once per log line (flush_static_losses), which is also
-//     where a run of non-finite steps is counted.
-// The base objective only (ITC with pseudo soft targets, ITM, MLM): the methods' hooks read and
-// change host state within the step.
+//     where a run of non-finite steps is counted; the methods' telemetry likewise.
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -39,11 +46,14 @@
 
 namespace fnvlp::train {
 
+using negatives::StepContext;
+using negatives::StepPosition;
+
 namespace {
 // Padded MLM rows come in multiples of this: a run of ~15% masking over ~20-token captions sees a
 // few row counts (one graph each), and a padded row costs one vocabulary row-product.
 constexpr int64_t kMlmRowMultiple = 64;
-// static_out_'s columns.
+// static_out_'s columns; the methods' extra losses follow.
 enum StaticOut : int64_t { kItc, kItm, kMlm, kTotal, kFinite, kStaticOutSize };
 }  // namespace
 
@@ -53,77 +63,157 @@ void Trainer::init_static_step() {
   // The same configuration on every rank: the same refusal everywhere.
   if (const std::string why = static_step_refusal(); !why.empty())
     throw UsageError("train.static_step / train.cuda_graphs: " + why);
+  for (const auto& m : methods_)
+    for (const auto& n : m->extra_loss_names()) static_extra_names_.push_back(n);
+  const auto columns = kStaticOutSize + static_cast<int64_t>(static_extra_names_.size());
   const auto f = torch::TensorOptions().dtype(torch::kFloat).device(device_.device);
-  static_out_ = torch::zeros({kStaticOutSize}, f);
-  static_window_ = torch::zeros({cfg_.train.log_every, kStaticOutSize}, f);
-  graphs_ = std::make_unique<StepGraphs>(cfg_.train.cuda_graphs);
-  if (comm_.is_root())
-    spdlog::info("pretrain: static step{}", cfg_.train.cuda_graphs ? ", CUDA graphs" : "");
+  static_out_ = torch::zeros({columns}, f);
+  static_window_ = torch::zeros({cfg_.train.log_every, columns}, f);
+  if (cache_.enabled())
+    static_cache_rows_ = torch::zeros({2, cfg_.train.batch_size, cfg_.model.embed_dim}, f);
+  bool graphs = cfg_.train.cuda_graphs;
+  // Over MPI the captured collectives run from CUDA's host-node thread (comm/tensors.hpp), which
+  // needs MPI's multiple thread level (Comm::threads_multiple): without it, no graphs.
+  if (graphs && comm_.size() > 1 && !nccl_ && !comm_.all_ok(comm_.threads_multiple())) {
+    graphs = false;
+    if (comm_.is_root())
+      spdlog::warn(
+          "pretrain: train.cuda_graphs at {} ranks over MPI needs the MPI library's multiple "
+          "thread level, which this one does not provide: the static step runs without CUDA graphs "
+          "(NCCL with one GPU per rank captures its collectives)",
+          comm_.size());
+  }
+  graphs_ = std::make_unique<StepGraphs>(graphs, "the step");
+  update_graphs_ = std::make_unique<StepGraphs>(graphs, "the pass after the update");
+  if (comm_.is_root()) {
+    std::string methods;
+    for (const auto& m : methods_) methods += (methods.empty() ? "" : ", ") + m->name();
+    spdlog::info("pretrain: static step{}{}", graphs ? ", CUDA graphs" : "",
+                 methods.empty() ? "" : " with " + methods);
+  }
 }
 
 std::string Trainer::static_step_refusal() const {
-  std::vector<std::string> methods;
-  for (const auto& m : methods_) methods.push_back(m->name());
-  if (!methods.empty()) {
-    std::string list;
-    for (const auto& n : methods) list += (list.empty() ? "" : ", ") + n;
-    return "the static step runs the base objective only (ITC with pseudo soft targets, ITM, "
-           "MLM); this run has " +
-           list + " (negatives.method, sampler.kind, loss.soft_targets=momentum, loss.tcl)";
-  }
   if (cfg_.train.cuda_graphs && !device_.device.is_cuda())
     return "train.cuda_graphs needs train.device=cuda (the device is " + device_.device.str() + ")";
-  if (cfg_.train.cuda_graphs && comm_.size() > 1)
-    return "train.cuda_graphs with " + std::to_string(comm_.size()) +
-           " ranks: the gradient and feature collectives are not captured (NCCL's watch events "
-           "and the MPI fallback's host copies are outside a graph); run with "
-           "train.cuda_graphs=false (train.static_step=true keeps the static step)";
   return "";
+}
+
+int64_t Trainer::static_key_id(const std::vector<int64_t>& key) {
+  const auto [it, fresh] =
+      static_key_ids_.emplace(key, static_cast<int64_t>(static_key_ids_.size()));
+  if (fresh) {  // every rank's log: the ranks' sequences of shapes are the same
+    std::ostringstream os;
+    os << "MLM rows " << key[0];
+    size_t at = 1;
+    for (size_t k = 0; k < methods_.size(); ++k)
+      for (size_t i = 0; i < static_key_sizes_[k]; ++i)
+        os << ", " << methods_[k]->name() << " " << key[at++];
+    spdlog::info("pretrain: static step shapes {}: {}", it->second, os.str());
+  }
+  return it->second;
 }
 
 void Trainer::static_train_step(const data::Batch& host_batch) {
   begin_step(host_batch);  // learning rate, the step's seed (dropout and ITM draws), faults
   const data::Batch batch = upload_.finish(host_batch);
-  StaticInputs& in = stage_static_inputs(batch, host_batch);
+  const StepPosition at{step_, epoch_, total_steps_};
+  // The key: MLM's rows and the methods' entries, every rank's maximum.
+  loss::MlmMasking masking;
+  std::vector<int64_t> key = {0};
+  if (cfg_.loss.mlm_weight != 0) {  // drawn on the host as the eager step draws them
+    auto gen = negatives::step_generator(seed(), step_, comm_.rank(), negatives::kMlmStream);
+    const data::SpecialTokens& special = dataset_.special_tokens();
+    masking = loss::mask_tokens(host_batch.tokens, host_batch.attention_mask,
+                                cfg_.loss.mlm_probability, cfg_.model.vocab_size, special.mask,
+                                {special.pad, special.cls, special.sep}, gen, torch::kCPU);
+    key[0] = loss::padded_rows(masking.positions.size(0), kMlmRowMultiple,
+                               host_batch.size() * host_batch.tokens.size(1));
+  }
+  static_key_sizes_.clear();
+  for (auto& m : methods_) {
+    const std::vector<int64_t> part = m->static_key(host_batch, at);
+    static_key_sizes_.push_back(part.size());
+    key.insert(key.end(), part.begin(), part.end());
+  }
+  if (comm_.size() > 1) comm_.allreduce_max(key);
+  if (key[0] > 0) masking = loss::pad_positions(masking, key[0]);
+  StaticInputs& in = stage_static_inputs(batch, host_batch, masking, key[0]);
+  size_t offset = 1;
+  for (size_t i = 0; i < methods_.size(); ++i) {
+    const auto first = key.begin() + static_cast<std::ptrdiff_t>(offset);
+    offset += static_key_sizes_[i];
+    methods_[i]->stage(
+        host_batch, at,
+        std::vector<int64_t>(first, key.begin() + static_cast<std::ptrdiff_t>(offset)));
+  }
   telemetry_.record_batch(host_batch);
   clock_.lap(StepClock::kBatch);
   if (!flagged_adamw_ && FlaggedAdamW::ready(*optimizer_))
     flagged_adamw_ = std::make_unique<FlaggedAdamW>(*optimizer_, *grads_, cfg_.optim.grad_clip);
   // Graphs once the optimizer's state exists (the first step creates it, reading the flag).
+  const int64_t id = static_key_id(key);
   if (flagged_adamw_)
-    graphs_->run(in.mlm_positions.defined() ? in.mlm_positions.size(0) : 0,
-                 [&] { static_device_step(in); });
+    run_graph(*graphs_, id, [&] { static_device_step(in); });
   else
     static_device_step(in);
+  for (auto& m : methods_)
+    if (m->wants_after_update(at)) {
+      // The step's dropout stream again from its start (see the header).
+      negatives::seed_dropout(seed(), step_, comm_.rank());
+      run_graph(*update_graphs_, id, [&] { static_after_update(in, *m); });
+    }
+  for (auto& m : methods_) m->after_device_step(at);
   if (static_rows_.size() == static_cast<size_t>(static_window_.size(0))) flush_static_losses();
   static_window_[static_cast<int64_t>(static_rows_.size())].copy_(static_out_);
   static_rows_.emplace_back(step_, host_batch.size() * comm_.size());
+  if (cache_.enabled()) {
+    static_cache_window_.push_back(static_cache_rows_.clone());
+    static_cache_ids_.push_back(host_batch.pair_id);
+  }
   clock_.lap(StepClock::kForward);  // the whole device step: forward, backward, optimizer
 }
 
-StaticInputs& Trainer::stage_static_inputs(const data::Batch& batch, const data::Batch& host) {
-  const int64_t b = host.size(), L = host.tokens.size(1);
+void Trainer::run_graph(StepGraphs& graphs, int64_t id, const std::function<void()>& work) {
+  const CommTraffic before = traffic();
+  const int64_t captured = graphs.graphs(), replays = graphs.replays();
+  graphs.run(id, work);
+  if (graphs.replays() == replays) return;  // run eagerly: its collectives counted themselves
+  // A replay runs no host code: its collectives' bytes are those its capture counted, and NCCL
+  // watches the replay as a whole.
+  auto& per_graph = graph_traffic_[{&graphs, id}];
+  if (graphs.graphs() > captured)
+    per_graph = traffic() - before;
+  else
+    replayed_traffic_ += per_graph;
+  if (nccl_) nccl_->watch_stream("a replay of the step's CUDA graph");
+}
+
+StaticInputs& Trainer::stage_static_inputs(const data::Batch& batch, const data::Batch& host,
+                                           const loss::MlmMasking& masking, int64_t rows) {
+  const int64_t b = host.size(), L = host.tokens.size(1), n = b * comm_.size();
   const torch::Device dev = device_.device;
-  loss::MlmMasking masking;
-  int64_t rows = 0;
-  if (cfg_.loss.mlm_weight != 0) {  // drawn on the host as the eager step draws them
-    auto gen = negatives::step_generator(seed(), step_, comm_.rank(), negatives::kMlmStream);
-    const data::SpecialTokens& special = dataset_.special_tokens();
-    masking = loss::mask_tokens(host.tokens, host.attention_mask, cfg_.loss.mlm_probability,
-                                cfg_.model.vocab_size, special.mask,
-                                {special.pad, special.cls, special.sep}, gen, torch::kCPU);
-    rows = loss::padded_rows(masking.positions.size(0), kMlmRowMultiple, b * L);
-    masking = loss::pad_positions(masking, rows);
-  }
   StaticInputs& in = static_inputs_[rows];
+  bool pair_ids = false, second_view = false;
+  for (const auto& m : methods_) {
+    pair_ids = pair_ids || m->needs_pair_ids();
+    second_view = second_view || m->wants_second_view();
+  }
   if (!in.images.defined()) {
     const auto f = torch::TensorOptions().dtype(torch::kFloat).device(dev);
     const auto i64 = f.dtype(torch::kLong);
     in.images = torch::empty(batch.prepared.sizes(), f);
+    if (second_view) in.images2 = torch::empty(batch.prepared.sizes(), f);
     in.tokens = torch::empty({b, L}, i64);
     in.attention_mask = torch::empty({b, L}, i64);
     in.image_id = torch::empty({b}, i64);
-    in.image_id_all = torch::empty({b * comm_.size()}, i64);
+    in.label = torch::empty({b}, i64);
+    in.image_id_all = torch::empty({n}, i64);
+    in.label_all = torch::empty({n}, i64);
+    if (pair_ids) {
+      in.pair_id = torch::empty({b}, i64);
+      in.pair_id_all = torch::empty({n}, i64);
+    }
     if (rows > 0) {
       in.masked_ids = torch::empty({b, L}, i64);
       in.mlm_positions = torch::empty({rows}, i64);
@@ -136,15 +226,29 @@ StaticInputs& Trainer::stage_static_inputs(const data::Batch& batch, const data:
   }
   const bool async = dev.is_cuda();
   in.images.copy_(batch.prepared, async);
+  if (in.images2.defined()) {
+    FNVLP_CHECK(batch.prepared2.defined(), "static step: the loader made no second view");
+    in.images2.copy_(batch.prepared2, async);
+  }
   in.tokens.copy_(batch.tokens, async);
   in.attention_mask.copy_(batch.attention_mask, async);
   in.image_id.copy_(batch.image_id, async);
-  in.image_id_all.copy_(
-      comm_.size() == 1 ? batch.image_id : allgather_ids(comm_, host.image_id, dev), async);
+  in.label.copy_(batch.label, async);
+  if (in.pair_id.defined()) in.pair_id.copy_(batch.pair_id, async);
+  // The global columns' ids in one exchange on the host, rank by rank.
+  std::vector<torch::Tensor> mine = {host.image_id, host.label};
+  if (in.pair_id.defined()) mine.push_back(host.pair_id);
+  const auto k = static_cast<int64_t>(mine.size());
+  torch::Tensor all = torch::cat(mine).to(torch::kLong);
+  if (comm_.size() > 1) all = allgather_ids(comm_, all, torch::kCPU);
+  const torch::Tensor per_rank = all.view({comm_.size(), k, b});
+  stage_into(in.image_id_all, per_rank.select(1, 0).reshape({-1}));
+  stage_into(in.label_all, per_rank.select(1, 1).reshape({-1}));
+  if (in.pair_id_all.defined()) stage_into(in.pair_id_all, per_rank.select(1, 2).reshape({-1}));
   if (rows > 0) {
-    in.masked_ids.copy_(to_device_async(masking.input_ids, dev), async);
-    in.mlm_positions.copy_(to_device_async(masking.positions, dev), async);
-    in.mlm_targets.copy_(to_device_async(masking.targets, dev), async);
+    stage_into(in.masked_ids, masking.input_ids);
+    stage_into(in.mlm_positions, masking.positions);
+    stage_into(in.mlm_targets, masking.targets);
   }
   const int64_t ramp =
       cfg_.loss.soft_warmup_steps < 0 ? uniform_steps_ : cfg_.loss.soft_warmup_steps;
@@ -155,72 +259,135 @@ StaticInputs& Trainer::stage_static_inputs(const data::Batch& batch, const data:
   return in;
 }
 
+// The methods' view of the staged step: the device batch, no host batch, no step or epoch (a
+// captured step must not depend on them: what it does depend on is in the key).
+StepContext Trainer::static_context(const StaticInputs& in, data::Batch& dev,
+                                    const data::Batch& no_host) {
+  dev.prepared = in.images;
+  dev.prepared2 = in.images2;
+  dev.tokens = in.tokens;
+  dev.attention_mask = in.attention_mask;
+  dev.image_id = in.image_id;
+  dev.label = in.label;
+  dev.pair_id = in.pair_id;
+  StepContext s{dev, no_host, clock_, -1, -1, total_steps_};
+  s.static_step = true;
+  s.images = in.images;
+  s.images2 = in.images2;
+  s.image_id_all = in.image_id_all;
+  s.label_all = in.label_all;
+  s.pair_id_all = in.pair_id_all;
+  s.soft_weight_t = in.soft_weight;
+  s.masking.input_ids = in.masked_ids;
+  s.masking.positions = in.mlm_positions;
+  s.masking.targets = in.mlm_targets;
+  for (auto& m : methods_) s.want_plain_mlm = s.want_plain_mlm || m->needs_plain_mlm();
+  return s;
+}
+
 // The forward and the weighted loss of the local batch (fills the ITC inputs and result the
 // cross-rank gradient needs); static_out_ gets the losses and this rank's finite flag.
-torch::Tensor Trainer::static_forward(const StaticInputs& in, loss::ItcInputs& itc_in,
-                                      loss::ItcResult& itc) {
+torch::Tensor Trainer::static_forward(const StaticInputs& in, StepContext& s,
+                                      loss::ItcInputs& itc_in, loss::ItcResult& itc) {
   const model::AutocastCache cast_once(bf16());  // each weight cast to bf16 once per step
-  torch::Tensor image_tokens, text_hidden, img, txt;
   std::vector<torch::Tensor> keys;
+  torch::Tensor at_masked;
   {
     const model::Bf16Autocast autocast(bf16());
-    image_tokens = model_->encode_image(in.images);
-    text_hidden = model_->encode_text(in.tokens, in.attention_mask);
-    img = model_->image_embed(image_tokens);
-    txt = model_->text_embed(text_hidden);
-    keys = model_->image_keys(image_tokens);
+    s.image_tokens = model_->encode_image(in.images);
+    keys = model_->image_keys(s.image_tokens);
+    // The MLM passes second, right after the image pass (see the header: dropout order).
+    if (in.mlm_positions.defined())
+      at_masked = model_->fuse_at(model_->encode_text(in.masked_ids, in.attention_mask),
+                                  in.attention_mask, keys, {}, in.mlm_positions);
+    s.text_hidden = model_->encode_text(in.tokens, in.attention_mask);
+    s.img = model_->image_embed(s.image_tokens);
+    s.txt = model_->text_embed(s.text_hidden);
   }
   // ITC in fp32 against the global batch, as the eager step (step.cpp itc_inputs).
-  itc_in.img = img.to(torch::kFloat);
-  itc_in.txt = txt.to(torch::kFloat);
-  std::tie(itc_in.img_all, itc_in.txt_all) = gather_embeddings(itc_in.img, itc_in.txt, nullptr);
-  itc_in.offset = in.offset;
-  itc_in.temp = model_->temp();
-  itc_in.image_id = in.image_id;
-  itc_in.image_id_all = in.image_id_all;
-  itc_in.soft = cfg_.loss.soft_targets == negatives::SoftTargetsKind::kNone
-                    ? loss::SoftTargets::kNone
-                    : loss::SoftTargets::kPseudo;
-  itc_in.soft_weight_t = in.soft_weight;
-  itc_in.cross_rank_grad = comm_.size() > 1;
+  s.img = s.img.to(torch::kFloat);
+  s.txt = s.txt.to(torch::kFloat);
+  if (static_cache_rows_.defined())
+    static_cache_rows_.copy_(torch::stack({s.img.detach(), s.txt.detach()}));
+  s.temp = model_->temp();
+  bool built = false;
+  for (auto& m : methods_) built = built || m->build_itc(s, itc_in);
+  if (!built) {
+    itc_in.img = s.img;
+    itc_in.txt = s.txt;
+    std::tie(itc_in.img_all, itc_in.txt_all) = gather_embeddings(s.img, s.txt, nullptr);
+    itc_in.offset = in.offset;
+    itc_in.temp = s.temp;
+    itc_in.image_id = in.image_id;
+    itc_in.image_id_all = in.image_id_all;
+    itc_in.soft = cfg_.loss.soft_targets == negatives::SoftTargetsKind::kNone
+                      ? loss::SoftTargets::kNone
+                      : loss::SoftTargets::kPseudo;
+    itc_in.soft_weight_t = in.soft_weight;
+    itc_in.cross_rank_grad = comm_.size() > 1;
+  }
+  itc_in.check_on_device = true;
+  s.negative = itc_in.image_id.unsqueeze(1) != itc_in.image_id_all.unsqueeze(0);
+  for (auto& m : methods_) m->adjust_itc(s, itc_in);
   itc = loss::itc_loss(itc_in);
 
   const int64_t b = in.image_id.size(0);
-  const auto local = torch::indexing::Slice(in.offset, in.offset + b);
+  const auto local = torch::indexing::Slice(itc_in.offset, itc_in.offset + b);
   const auto all = torch::indexing::Slice();
+  torch::Tensor excl_i2t, excl_t2i;
+  if (cfg_.negatives.filter_itm && itc_in.exclude_i2t.defined() && !itc_in.momentum_keys) {
+    excl_i2t = itc_in.exclude_i2t.index({all, local});
+    excl_t2i = itc_in.exclude_t2i.index({all, local});
+  }
   const loss::ItmPairs pairs = loss::draw_itm_pairs(
-      itc.sim_i2t.index({all, local}), itc.sim_t2i.index({all, local}), in.image_id, {}, {},
-      loss::parse_itm_negative_mode(cfg_.loss.itm_negatives));
+      itc.sim_i2t.index({all, local}), itc.sim_t2i.index({all, local}), in.image_id, excl_i2t,
+      excl_t2i, loss::parse_itm_negative_mode(cfg_.loss.itm_negatives));
   torch::Tensor logits, mlm = torch::zeros({}, itc.loss.options());
   {
     const model::Bf16Autocast autocast(bf16());
-    logits = model_->itm_logits(model_->fuse_cls(text_hidden, in.attention_mask, keys,
+    logits = model_->itm_logits(model_->fuse_cls(s.text_hidden, in.attention_mask, keys,
                                                  {pairs.text_index, pairs.image_index}));
-    if (in.mlm_positions.defined()) {
-      const torch::Tensor at_masked =
-          model_->fuse_at(model_->encode_text(in.masked_ids, in.attention_mask), in.attention_mask,
-                          keys, {}, in.mlm_positions);
-      mlm = loss::padded_linear_cross_entropy(model_->mlm_hidden(at_masked),
+    if (at_masked.defined()) {
+      torch::Tensor l;
+      for (auto& m : methods_)
+        if (l = m->mlm_loss(s, at_masked); l.defined()) break;
+      if (!l.defined()) {
+        l = loss::padded_linear_cross_entropy(model_->mlm_hidden(at_masked),
                                               model_->mlm_decoder_weight(), model_->mlm_bias(),
-                                              in.mlm_targets)
-                .to(torch::kFloat);
+                                              in.mlm_targets);
+        if (s.want_plain_mlm) s.mlm_plain_t = l.detach().to(torch::kFloat);
+      }
+      mlm = l.to(torch::kFloat);
     }
   }
   const torch::Tensor itm = loss::itm_loss(logits.to(torch::kFloat), pairs.labels, pairs.weight);
-  const torch::Tensor total =
-      (cfg_.loss.itc_weight * itc.loss + cfg_.loss.itm_weight * itm + cfg_.loss.mlm_weight * mlm) *
-      in.inject;
+  torch::Tensor total =
+      cfg_.loss.itc_weight * itc.loss + cfg_.loss.itm_weight * itm + cfg_.loss.mlm_weight * mlm;
+  std::vector<negatives::NamedLoss> extra;  // the methods' own losses (TCL)
+  for (auto& m : methods_) m->extra_losses(s, extra);
+  FNVLP_CHECK(extra.size() == static_extra_names_.size(),
+              "static step: the methods added " << extra.size() << " losses, they named "
+                                                << static_extra_names_.size());
+  for (const auto& e : extra) total = total + e.weight * e.value;
+  total = total * in.inject;
   torch::NoGradGuard no_grad;
-  static_out_.copy_(torch::stack({itc.loss.detach(), itm.detach(), mlm.detach(), total.detach(),
-                                  total.detach().isfinite().to(torch::kFloat)}));
+  torch::Tensor finite = total.detach().isfinite();
+  if (itc.inputs_ok.defined()) finite = finite & itc.inputs_ok;
+  std::vector<torch::Tensor> out = {itc.loss.detach(), itm.detach(), mlm.detach(), total.detach(),
+                                    finite.to(torch::kFloat)};
+  for (const auto& e : extra) out.push_back(e.value.detach().to(torch::kFloat));
+  static_out_.copy_(torch::stack(out));
   return total;
 }
 
 void Trainer::static_device_step(const StaticInputs& in) {
   grads_->zero();
+  data::Batch dev;
+  const data::Batch no_host;
+  StepContext s = static_context(in, dev, no_host);
   loss::ItcInputs itc_in;
   loss::ItcResult itc;
-  torch::Tensor total = static_forward(in, itc_in, itc);
+  torch::Tensor total = static_forward(in, s, itc_in, itc);
   // Every rank takes the same decision: finite on all of them (a sum of flags), on the device.
   torch::Tensor finite = static_out_[kFinite].clone();
   if (comm_.size() > 1) {
@@ -239,9 +406,28 @@ void Trainer::static_device_step(const StaticInputs& in) {
   } else if (finite.item<float>() != 0.0f) {  // the first step: it creates AdamW's state
     adamw_step(*optimizer_, *grads_, cfg_.optim.grad_clip);
   }
+  s.finite = finite;
+  torch::NoGradGuard no_grad;
+  for (auto& m : methods_) m->commit(s);
+}
+
+void Trainer::static_after_update(const StaticInputs& in, negatives::Method& method) {
+  data::Batch dev;
+  const data::Batch no_host;
+  StepContext s = static_context(in, dev, no_host);
+  method.after_update(s);
 }
 
 void Trainer::flush_static_losses() {
+  if (!static_cache_window_.empty()) {  // the training passes' embeddings into the cache
+    const torch::Tensor rows = torch::stack(static_cache_window_).to(torch::kCPU);
+    for (size_t i = 0; i < static_cache_ids_.size(); ++i) {
+      const torch::Tensor r = rows[static_cast<int64_t>(i)];
+      cache_.record(static_cache_ids_[i], r[0], r[1]);
+    }
+    static_cache_window_.clear();
+    static_cache_ids_.clear();
+  }
   if (static_rows_.empty()) return;
   const auto n = static_cast<int64_t>(static_rows_.size());
   const torch::Tensor host = static_window_.narrow(0, 0, n).to(torch::kCPU, torch::kDouble);
@@ -249,8 +435,11 @@ void Trainer::flush_static_losses() {
   std::vector<std::pair<int64_t, int64_t>> done;
   done.swap(static_rows_);
   for (int64_t i = 0; i < n; ++i) {
-    telemetry_.add({rows[i][kItc], rows[i][kItm], rows[i][kMlm], rows[i][kTotal], {}},
-                   done[static_cast<size_t>(i)].second);
+    StepLosses l{rows[i][kItc], rows[i][kItm], rows[i][kMlm], rows[i][kTotal], {}};
+    for (size_t e = 0; e < static_extra_names_.size(); ++e)
+      l.extra.emplace_back(static_extra_names_[e],
+                           rows[i][kStaticOutSize + static_cast<int64_t>(e)]);
+    telemetry_.add(l, done[static_cast<size_t>(i)].second);
     skips_.record(rows[i][kFinite] == 0.0, done[static_cast<size_t>(i)].first);
   }
 }

@@ -33,6 +33,7 @@ StepLosses Trainer::train_step(const data::Batch& host_batch) {
   StepContext s{batch, host_batch, clock_, step_, epoch_, total_steps_};
   for (auto& m : methods_) s.want_plain_mlm = s.want_plain_mlm || m->needs_plain_mlm();
   s.images = batch.prepared;  // augmented for this step by the loader (run())
+  s.images2 = batch.prepared2;
   clock_.lap(StepClock::kBatch);
 
   // Each weight cast to bf16 once per step, however many regions use it (model/autocast.hpp).

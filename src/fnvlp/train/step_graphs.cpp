@@ -5,6 +5,7 @@
 #include <exception>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "fnvlp/core/error.hpp"
 
@@ -43,7 +44,7 @@ struct StepGraphs::Impl {
 
   // Captures `step` for `key` into e.graph on a side stream; throws, with the capture ended, on
   // any failure inside it (an operation that synchronises, a shape that changes, ...).
-  void capture(int64_t key, Entry& e, const std::function<void()>& step) {
+  void capture(int64_t key, const std::string& what, Entry& e, const std::function<void()>& step) {
     const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
     const c10::cuda::CUDAStream side =
         c10::cuda::getStreamFromPool(/*isHighPriority=*/false, current.device_index());
@@ -63,21 +64,21 @@ struct StepGraphs::Impl {
         if (partial) (void)cudaGraphDestroy(partial);
         (void)cudaGetLastError();
         e.graph.release();  // its capture never ended: its destructor would misreport
-        FNVLP_FAIL("train.cuda_graphs: capturing the step (shapes " << key
-                                                                    << ") failed: " << ex.what()
-                                                                    << "; run with "
-                                                                       "train.cuda_graphs=false");
+        FNVLP_FAIL("train.cuda_graphs: capturing " << what << " (shapes " << key
+                                                   << ") failed: " << ex.what()
+                                                   << "; run with train.cuda_graphs=false");
       }
     }
     order_after(side, current);
     ++graphs;
-    spdlog::info("cuda_graphs: captured the step for shapes {} ({} graph{})", key, graphs,
+    spdlog::info("cuda_graphs: captured {} for shapes {} ({} graph{})", what, key, graphs,
                  graphs == 1 ? "" : "s");
   }
 #endif
 };
 
-StepGraphs::StepGraphs(bool enabled) : enabled_(enabled), impl_(std::make_unique<Impl>()) {
+StepGraphs::StepGraphs(bool enabled, std::string what)
+    : enabled_(enabled), what_(std::move(what)), impl_(std::make_unique<Impl>()) {
 #if !FNVLP_WITH_CUDA
   FNVLP_CHECK(!enabled, "train.cuda_graphs needs the CUDA build (FNVLP_GPU=1 env/build.sh)");
 #endif
@@ -90,7 +91,7 @@ void StepGraphs::run(int64_t key, const std::function<void()>& step) {
 #if FNVLP_WITH_CUDA
   if (enabled_) {
     Impl::Entry& e = im.entries[key];
-    if (!e.graph && e.calls++ > 0) im.capture(key, e, step);
+    if (!e.graph && e.calls++ > 0) im.capture(key, what_, e, step);
     if (e.graph) {
       e.graph->replay();  // the capture ran nothing: its first replay is this step
       ++im.replays;

@@ -16,13 +16,15 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 namespace fnvlp::train {
 
 class StepGraphs {
  public:
   // enabled: capture and replay (CUDA builds; a CPU build refuses); otherwise run() just calls.
-  explicit StepGraphs(bool enabled);
+  // what: the captured work, for the log ("the step").
+  explicit StepGraphs(bool enabled, std::string what = "the step");
   ~StepGraphs();
   StepGraphs(const StepGraphs&) = delete;
   StepGraphs& operator=(const StepGraphs&) = delete;
@@ -39,6 +41,7 @@ class StepGraphs {
  private:
   struct Impl;
   bool enabled_;
+  std::string what_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -234,9 +234,15 @@ void Trainer::install_last_words(Watchdog& dog) {
 void Trainer::start_loader(BatchSource& loader, bool resumed) {
   // The step's augmentation runs on the prefetch thread, beside the reads (the seed is the
   // batch's step, so what it draws does not depend on where it runs).
-  loader.set_prepare([this](data::Batch& b, int64_t step) {
+  bool second_view = false;
+  for (const auto& m : methods_) second_view = second_view || m->wants_second_view();
+  loader.set_prepare([this, second_view](data::Batch& b, int64_t step) {
     auto gen = negatives::step_generator(seed(), step, comm_.rank(), negatives::kAugmentStream);
     b.prepared = augment_.train(b.images, gen);
+    if (second_view) {
+      auto gen2 = negatives::step_generator(seed(), step, comm_.rank(), negatives::kTclViewStream);
+      b.prepared2 = augment_.train(b.images, gen2);
+    }
     b.prepared_for = step;
     upload_.start(b);  // on a GPU: pinned, and its copy started while earlier steps compute
   });
@@ -360,6 +366,8 @@ int Trainer::run(Watchdog& dog) {
 
 CommTraffic Trainer::traffic() const {
   CommTraffic t = comm_.traffic();
+  t += replayed_traffic_;
+  t += captured_host_collectives_traffic();
   if (nccl_) t += nccl_->traffic();
   if (buckets_) t.allreduce += buckets_->mpi_bytes();
   return t;

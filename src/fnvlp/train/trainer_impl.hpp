@@ -3,6 +3,7 @@
 // trainer_state.cpp (epoch ends, exports, checkpoints and resume). Private to train/.
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -46,8 +47,11 @@ class StepGraphs;
 // the next step's data. One set per padded MLM row count (the step's only varying shape).
 struct StaticInputs {
   torch::Tensor images;                      // float [b, 3, S, S], augmented
+  torch::Tensor images2;                     // the second view (TCL), else undefined
   torch::Tensor tokens, attention_mask;      // int64 [b, L]
   torch::Tensor image_id, image_id_all;      // int64 [b], [N]
+  torch::Tensor label, label_all;            // int64 [b], [N] (-1 unknown)
+  torch::Tensor pair_id, pair_id_all;        // int64 [b], [N] where a method needs them
   torch::Tensor masked_ids;                  // int64 [b, L]: MLM's masked copy
   torch::Tensor mlm_positions, mlm_targets;  // int64 [rows]: padded (loss/mlm.hpp pad_positions)
   torch::Tensor lr, soft_weight, inject;     // float 0-dim; inject: 1, or NaN at an injected fault
@@ -124,13 +128,26 @@ class Trainer {
   // One step: inputs staged, then the device work (eager, or a CUDA graph's replay); its losses and
   // finite flag stay on the device until flush_static_losses.
   void static_train_step(const data::Batch& host_batch);
-  StaticInputs& stage_static_inputs(const data::Batch& batch, const data::Batch& host);
-  // Forward, losses, backward, gradient average and the flagged optimizer step, from `in` only.
+  // The dense id of an agreed key (logged once per new key).
+  int64_t static_key_id(const std::vector<int64_t>& key);
+  // graphs.run(id, work), with the traffic of a replayed graph counted and NCCL watching it.
+  void run_graph(StepGraphs& graphs, int64_t id, const std::function<void()>& work);
+  // The inputs of MLM row count `rows`, refilled from the batch and the padded masking.
+  StaticInputs& stage_static_inputs(const data::Batch& batch, const data::Batch& host,
+                                    const loss::MlmMasking& masking, int64_t rows);
+  // The methods' StepContext of a staged step (dev: its device batch, filled here).
+  negatives::StepContext static_context(const StaticInputs& in, data::Batch& dev,
+                                        const data::Batch& no_host);
+  // Forward, losses, backward, gradient average, the flagged optimizer step and the methods'
+  // commits, from `in` only.
   void static_device_step(const StaticInputs& in);
-  torch::Tensor static_forward(const StaticInputs& in, loss::ItcInputs& itc_in,
-                               loss::ItcResult& itc);
+  torch::Tensor static_forward(const StaticInputs& in, negatives::StepContext& s,
+                               loss::ItcInputs& itc_in, loss::ItcResult& itc);
+  // A method's pass of the updated model (Method::after_update), from `in` only.
+  void static_after_update(const StaticInputs& in, negatives::Method& method);
   // The steps' device losses since the last flush into the telemetry and the skip counter (which
-  // throws on too many non-finite steps in a row): at every log line, checkpoint and the end.
+  // throws on too many non-finite steps in a row), and the cached embeddings into cache_: at every
+  // log line, epoch end, checkpoint and the end.
   void flush_static_losses();
 
   // The step's learning rate, dropout seed and fault injection points.
@@ -269,11 +286,26 @@ class Trainer {
   // train.static_step / train.cuda_graphs
   bool static_ = false;
   std::map<int64_t, StaticInputs> static_inputs_;  // per padded MLM row count
-  torch::Tensor static_out_;     // float [5]: the last step's itc, itm, mlm, total, finite
-  torch::Tensor static_window_;  // float [log_every, 5]: static_out_ of the steps not yet flushed
+  // The agreed keys (MLM rows, then each method's static_key) and their dense ids; the entries
+  // each method added to the current one.
+  std::map<std::vector<int64_t>, int64_t> static_key_ids_;
+  std::vector<size_t> static_key_sizes_;
+  // float [5 + extras]: the last step's itc, itm, mlm, total, finite and the methods' losses
+  torch::Tensor static_out_;
+  std::vector<std::string> static_extra_names_;
+  torch::Tensor static_window_;  // float [log_every, 5 + extras]: static_out_ not yet flushed
   std::vector<std::pair<int64_t, int64_t>> static_rows_;  // their (step, global samples)
-  std::unique_ptr<FlaggedAdamW> flagged_adamw_;           // once the optimizer has its state
+  // sampler.embeddings=cached: the step's embeddings [2, b, E] and the window of them (with the
+  // batches' pair ids), recorded into cache_ at the flush
+  torch::Tensor static_cache_rows_;
+  std::vector<torch::Tensor> static_cache_window_, static_cache_ids_;
+  std::unique_ptr<FlaggedAdamW> flagged_adamw_;  // once the optimizer has its state
   std::unique_ptr<StepGraphs> graphs_;
+  std::unique_ptr<StepGraphs> update_graphs_;  // Method::after_update's passes
+  // What each graph's collectives move (counted while it was captured), and the sum over the
+  // replays so far (traffic() adds it: a replay runs no host code that could count).
+  std::map<std::pair<const StepGraphs*, int64_t>, CommTraffic> graph_traffic_;
+  CommTraffic replayed_traffic_;
 };
 
 }  // namespace fnvlp::train

@@ -18,7 +18,8 @@ using json = nlohmann::json;
 using negatives::Method;
 
 void Trainer::finish_epoch(Watchdog& dog, MetricsWriter& metrics) {
-  data::Embeddings exported;  // this rank's block of the export, if there is one
+  if (static_) flush_static_losses();  // the cached embeddings of the epoch's last steps
+  data::Embeddings exported;           // this rank's block of the export, if there is one
   if (cfg_.train.export_embeddings) {
     exported = export_embeddings(dog, metrics);
     for (auto& m : methods_)

@@ -137,6 +137,15 @@ TEST(ItcLoss, WeightsMultiplyTheNegativesExpTerms) {
   in.exclude_i2t = torch::Tensor();
   in.weight_i2t = -torch::ones({n, n});
   EXPECT_THROW(itc_loss(in), fnvlp::Error);
+  // The static step reads nothing back: the check becomes a flag it folds into its finite one.
+  in.check_on_device = true;
+  EXPECT_FALSE(itc_loss(in).inputs_ok.item<bool>());
+  in.weight_i2t = w;
+  in.weight_t2i = w.clone();
+  in.weight_t2i[2][0] = std::nanf("");
+  EXPECT_FALSE(itc_loss(in).inputs_ok.item<bool>());
+  in.weight_t2i = w;
+  EXPECT_TRUE(itc_loss(in).inputs_ok.item<bool>());
 }
 
 TEST(ItcLoss, GivenSoftTargetsMixAndAvoidRemovedColumns) {
@@ -878,6 +887,17 @@ TEST(MlmLoss, PaddedPositionsGiveTheSameLoss) {
   const auto zero = padded_linear_cross_entropy(gather_positions(hidden, padded_none.positions), w,
                                                 bias, padded_none.targets);
   EXPECT_EQ(scalar(zero), 0.0);
+  // ALBEF's distilled MLM over padded rows (momentum distillation in the static step): the loss of
+  // the selected rows alone, alpha read from a tensor.
+  const auto logits = torch::linear(gather_positions(hidden, m.positions), w, bias);
+  const auto soft = torch::softmax(torch::randn_like(logits), 1);
+  const auto padded_logits = torch::linear(gather_positions(hidden, p.positions), w, bias);
+  auto padded_soft = torch::softmax(torch::randn_like(padded_logits), 1);
+  padded_soft.narrow(0, 0, M).copy_(soft);
+  EXPECT_NEAR(scalar(padded_mlm_loss(padded_logits, p.targets, padded_soft, torch::full({}, 0.4f))),
+              scalar(mlm_loss(logits, m.targets, soft, 0.4)), 1e-5);
+  EXPECT_NEAR(scalar(padded_mlm_loss(padded_logits, p.targets)),
+              scalar(mlm_loss(logits, m.targets)), 1e-5);
   EXPECT_TRUE(zero.requires_grad());
   EXPECT_EQ(padded_rows(0, 16, 72), 16);
   EXPECT_EQ(padded_rows(17, 16, 72), 32);

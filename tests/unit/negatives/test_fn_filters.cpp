@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <tuple>
 #include <utility>
@@ -259,6 +260,41 @@ TEST(NegativesGlofnd, TensorUpdateIsTheScalarRecurrenceBitwise) {
   }
 }
 
+// The static step's update (staged anchors, every round over every row, the spare slot for the
+// rows outside a round; more rounds than the batch needs, as when the ranks agree on a larger
+// count) is the scalar recurrence bit for bit, and its commit on a 0 flag is the undo.
+TEST(NegativesGlofnd, StagedUpdateIsTheScalarRecurrenceBitwise) {
+  GlofndOptions opt;
+  opt.alpha = 0.2;
+  opt.lr = 0.7;
+  opt.beta2 = 0.6;
+  GlofndSide side({100, 108}, opt);
+  ScalarGlofnd ref({100, 108}, opt);
+  GlofndSteps steps(13);
+  const auto taken = torch::ones({}), skipped = torch::zeros({});
+  int64_t repeated = 0;
+  for (int step = 0; step < 420; ++step) {
+    const auto [ids, cos, negative] = steps.next();
+    std::map<int64_t, int64_t> seen;
+    int64_t rounds = 0;
+    for (const int64_t id : ids) rounds = std::max(rounds, ++seen[id]);
+    repeated += rounds > 1;
+    side.stage(ids, rounds + step % 3);
+    const auto mask = side.update_and_filter_staged(cos, negative);
+    const auto [ref_mask, ref_lam] = ref.update(cos, negative, ids);
+    ASSERT_TRUE(torch::equal(mask, ref_mask)) << "step " << step;
+    ASSERT_TRUE(same_bits(host_floats(side.staged_lambdas()), ref_lam)) << "step " << step;
+    const bool skip = step % 7 == 3;
+    side.commit(skip ? skipped : taken);
+    if (skip) ref.undo();
+    ASSERT_TRUE(same_bits(side.export_rows(), ref.rows())) << "step " << step;
+  }
+  EXPECT_GT(repeated, 50) << "the steps must exercise anchors listed twice";
+  EXPECT_GT(side.export_rows()[3], 300.0f);  // anchor 0's count, past both saturations
+  // Fewer rounds than an anchor's rows is a named error.
+  EXPECT_THROW(side.stage({101, 101}, 1), Error);
+}
+
 // On a GPU the same inputs give the CPU's state and masks bit for bit: each update operation is a
 // single IEEE-rounded one on both, the bias corrections come from the same host table.
 TEST(NegativesGlofnd, CudaStateIsTheCpuStateBitwise) {
@@ -273,6 +309,28 @@ TEST(NegativesGlofnd, CudaStateIsTheCpuStateBitwise) {
     const auto a = cpu.update_and_filter(cos, negative, ids);
     const auto b = gpu.update_and_filter(cos.cuda(), negative.cuda(), ids);
     ASSERT_TRUE(b.is_cuda() && torch::equal(a, b.cpu())) << "step " << step;
+    ASSERT_TRUE(same_bits(cpu.export_rows(), gpu.export_rows())) << "step " << step;
+  }
+}
+
+// The static step's update and commit on a GPU are the CPU's, bit for bit.
+TEST(NegativesGlofnd, CudaStagedStateIsTheCpuStateBitwise) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "SKIPPED: no CUDA device visible";
+  GlofndOptions opt;
+  opt.alpha = 0.2;
+  opt.beta2 = 0.6;
+  GlofndSide cpu({100, 108}, opt), gpu({100, 108}, opt, torch::kCUDA);
+  GlofndSteps steps(14);
+  for (int step = 0; step < 420; ++step) {
+    const auto [ids, cos, negative] = steps.next();
+    cpu.stage(ids, 6);
+    gpu.stage(ids, 6);
+    const auto a = cpu.update_and_filter_staged(cos, negative);
+    const auto b = gpu.update_and_filter_staged(cos.cuda(), negative.cuda());
+    ASSERT_TRUE(b.is_cuda() && torch::equal(a, b.cpu())) << "step " << step;
+    const float flag = step % 5 == 2 ? 0.0f : 1.0f;
+    cpu.commit(torch::full({}, flag));
+    gpu.commit(torch::full({}, flag, torch::kCUDA));
     ASSERT_TRUE(same_bits(cpu.export_rows(), gpu.export_rows())) << "step " << step;
   }
 }
@@ -387,6 +445,25 @@ TEST(NegativesFilterTelemetry, ReportsTheWindowsCountsAndStartsAnew) {
   EXPECT_TRUE(empty.empty()) << empty.dump();
 }
 
+// The static step's record adds into the same tensor: its address survives records and reports.
+TEST(NegativesFilterTelemetry, SumsKeepTheirAddressAcrossRecordsAndReports) {
+  Comm comm;
+  const auto negative = torch::ones({2, 3}, torch::kBool);
+  const auto ex = torch::tensor({{true, false, false}, {false, false, false}});
+  const auto labels = torch::tensor({0, 1});
+  FilterTelemetry t;
+  t.allocate(torch::kCPU);
+  t.record(ex, ex, negative, labels, torch::tensor({0, 1, 0}));
+  nlohmann::json first;
+  t.report(comm, first);
+  EXPECT_DOUBLE_EQ(first.at("filtered_frac_i2t").get<double>(), 1.0 / 6);
+  t.record(ex, ex, negative, labels, torch::tensor({0, 1, 0}));
+  t.record(ex, ex, negative, labels, torch::tensor({0, 1, 0}));
+  nlohmann::json second;
+  t.report(comm, second);
+  EXPECT_DOUBLE_EQ(second.at("filtered_frac_i2t").get<double>(), 2.0 / 12);
+}
+
 TEST(NegativesSrcl, WeightsAverageOneAndFallWithSimilarity) {
   const auto cos = torch::tensor({{0.9f, 0.1f, -0.5f, 0.3f}, {0.0f, 0.0f, 0.0f, 0.0f}});
   auto negative = torch::ones({2, 4}, torch::kBool);
@@ -407,6 +484,9 @@ TEST(NegativesSrcl, WeightsAverageOneAndFallWithSimilarity) {
   EXPECT_NEAR(wh[0][3].item<float>(), 1.0f, 1e-5);
   EXPECT_NEAR(srcl_helper_weight(1.0, 25, 100), 0.75, 1e-12);
   EXPECT_NEAR(srcl_helper_weight(0.8, 100, 100), 0.0, 1e-12);
+  // a from memory (the static step): the weights of a double a.
+  const auto wt = srcl_weights(cos, helper, torch::full({}, 0.25f), negative);
+  EXPECT_TRUE(torch::allclose(wt, srcl_weights(cos, helper, 0.25, negative), 1e-6, 1e-6));
 }
 
 TEST(LossTcl, ImcIsSymmetricInfoNceWithSameImageMasked) {

@@ -69,6 +69,8 @@ struct Fixture {
   std::pair<StepContext, loss::ItcInputs> step(int64_t step, int64_t epoch) {
     StepContext s{batch, batch, clock, step, epoch, 100};
     s.images = batch.prepared;
+    auto view2 = step_generator(7, step, 0, kTclViewStream);
+    s.images2 = augment.train(batch.images, view2);
     s.image_tokens = model->encode_image(s.images);
     s.text_hidden = model->encode_text(batch.tokens, batch.attention_mask);
     s.img = model->image_embed(s.image_tokens);
@@ -182,6 +184,58 @@ TEST(SrclMethod, WithoutHelperWeighsNegativesByTheModelAlone) {
   nlohmann::json t;
   m.telemetry(t);
   EXPECT_EQ(t["srcl_helper_weight"].get<double>(), 0.0);
+}
+
+// The static step's GloFND: its key is the batch's most-repeated anchor count (0 before its start
+// epoch), its update filters as the eager one, and a commit on a 0 flag leaves λ as it was.
+TEST(GlofndMethod, StaticHooksUpdateLikeTheEagerOnesAndCommitOnTheFlag) {
+  Fixture f;
+  GlofndOptions o;
+  o.init = -1;
+  o.lr = 1e-3;
+  GlofndMethod eager(*f.env, 0.1, 1, o), staged(*f.env, 0.1, 1, o);
+  const negatives::StepPosition before{0, 0, 100}, at{1, 1, 100};
+  EXPECT_EQ(staged.static_key(f.batch, before), std::vector<int64_t>{0});
+  EXPECT_EQ(staged.static_key(f.batch, at), std::vector<int64_t>{1});
+  data::Batch twice = f.batch;
+  twice.pair_id = torch::tensor({10, 11, 10, 13, 10, 15, 16, 11}, torch::kLong);
+  EXPECT_EQ(staged.static_key(twice, at), std::vector<int64_t>{3});
+  staged.stage(f.batch, before, {0});
+  auto [s0, in0] = f.step(0, 0);
+  s0.static_step = true;
+  staged.adjust_itc(s0, in0);
+  EXPECT_FALSE(in0.exclude_i2t.defined()) << "filtered before negatives.start_epoch";
+  // A step taken: the eager update, and the window's λ.
+  staged.stage(f.batch, at, {2});  // more rounds than needed, as agreed with another rank
+  auto [s1, in1] = f.step(1, 1);
+  auto [e1, ein1] = f.step(1, 1);
+  s1.static_step = true;
+  staged.adjust_itc(s1, in1);
+  eager.adjust_itc(e1, ein1);
+  ASSERT_TRUE(in1.exclude_i2t.defined());
+  EXPECT_TRUE(torch::equal(in1.exclude_i2t, ein1.exclude_i2t));
+  EXPECT_TRUE(torch::equal(in1.exclude_t2i, ein1.exclude_t2i));
+  s1.finite = torch::ones({});
+  staged.commit(s1);
+  staged.after_device_step(at);
+  EXPECT_EQ(staged.state().image.lambdas(), eager.state().image.lambdas());
+  EXPECT_EQ(staged.state().text.lambdas(), eager.state().text.lambdas());
+  // A step skipped on the device: λ as before it, and its λ out of the window's statistics.
+  const std::vector<float> kept = staged.state().image.lambdas();
+  staged.stage(f.batch, at, {1});
+  auto [s2, in2] = f.step(2, 1);
+  s2.static_step = true;
+  staged.adjust_itc(s2, in2);
+  ASSERT_NE(staged.state().image.lambdas(), kept);
+  s2.finite = torch::zeros({});
+  staged.commit(s2);
+  staged.after_device_step(at);
+  EXPECT_EQ(staged.state().image.lambdas(), kept);
+  nlohmann::json t, te;
+  staged.telemetry(t);
+  eager.telemetry(te);
+  EXPECT_DOUBLE_EQ(t.at("lambda_image_mean").get<double>(),
+                   te.at("lambda_image_mean").get<double>());
 }
 
 TEST(TclMethod, AddsWeightedImcAndLmi) {

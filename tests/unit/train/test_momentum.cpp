@@ -123,6 +123,46 @@ TEST(Momentum, QueueRingOrderWrapAndIds) {
                fnvlp::Error);
 }
 
+// The static step's enqueue: the pointer and fill on the device, a 0 flag changes nothing, a 1
+// flag does what enqueue does (wrap, more rows than the capacity); the valid rows are the filled.
+TEST(Momentum, FlaggedEnqueueIsTheEnqueueOrNothing) {
+  FeatureQueue a(5, 2), b(5, 2);
+  const auto taken = torch::ones({}), skipped = torch::zeros({});
+  for (const auto& [first, n] :
+       std::vector<std::pair<int64_t, int64_t>>{{0, 2}, {2, 2}, {4, 2}, {6, 7}}) {
+    const Rows r = rows(first, n);
+    b->enqueue_flagged(r.img, r.txt, r.image_id, r.pair_id, skipped);
+    EXPECT_EQ(b->fill(), a->fill()) << "a skipped step moved the queue";
+    push(a, r);
+    b->enqueue_flagged(r.img, r.txt, r.image_id, r.pair_id, taken);
+    EXPECT_EQ(entries(b), entries(a));
+    EXPECT_EQ(b->ptr(), a->ptr());
+    EXPECT_TRUE(torch::equal(b->valid(), torch::arange(5) < a->fill()));
+  }
+  b->check(5, 2);
+}
+
+// The flagged EMA: the EMA where the flag is 1, the momentum model bit for bit where it is 0.
+TEST(Momentum, FlaggedEmaIsTheEmaOrNothing) {
+  torch::manual_seed(4);
+  Net online, mom, ref;
+  copy_module(mom, online);
+  copy_module(ref, online);
+  {
+    torch::NoGradGuard no_grad;
+    online.fc->weight.add_(0.3);
+    online.bn->num_batches_tracked.fill_(5);
+  }
+  const auto before = mom.fc->weight.clone();
+  ema_update(mom, online, 0.9, torch::zeros({}));
+  EXPECT_TRUE(torch::equal(mom.fc->weight, before));
+  EXPECT_EQ(mom.bn->num_batches_tracked.item<int64_t>(), 0);
+  ema_update(mom, online, 0.9, torch::ones({}));
+  ema_update(ref, online, 0.9);
+  EXPECT_TRUE(torch::allclose(mom.fc->weight, ref.fc->weight, 0, 1e-7));
+  EXPECT_EQ(mom.bn->num_batches_tracked.item<int64_t>(), 5);
+}
+
 // ptr and fill are kept on the host between uses (no read of a GPU buffer per step); a write of
 // the state buffer from outside, in place or by new storage (a checkpoint load, a move), is seen
 // at the next use.
@@ -274,6 +314,32 @@ TEST(MomentumItc, LossMatchesAnIndependentComputation) {
               reference(c.img, c.img_m_all.narrow(0, 2, 2), c.txt_m_all, {0, 1, 2, 3}, anchor_ids,
                         c.temp, c.alpha),
               1e-5);
+}
+
+// The static step passes the whole queue with its filled rows marked: the same loss as the
+// filled rows alone (the empty rows, image_id -1, leave the denominators and the soft targets).
+TEST(MomentumItc, WholeQueueWithValidRowsEqualsTheFilledRows) {
+  const Case c = make_case(15);
+  const auto filled = fnvlp::loss::itc_loss(fnvlp::loss::momentum_itc_inputs(inputs(c)));
+  auto m = inputs(c);
+  const int64_t q = c.q_img.size(0), extra = 4;
+  m.queue_img = torch::cat({c.q_img, torch::randn({extra, c.q_img.size(1)})});
+  m.queue_txt = torch::cat({c.q_txt, torch::randn({extra, c.q_txt.size(1)})});
+  m.queue_image_id = torch::cat({c.q_ids, torch::full({extra}, -1, torch::kLong)});
+  m.queue_valid = torch::arange(q + extra) < q;
+  const auto whole = fnvlp::loss::itc_loss(fnvlp::loss::momentum_itc_inputs(m));
+  EXPECT_NEAR(whole.loss_i2t.item<double>(), filled.loss_i2t.item<double>(), 1e-6);
+  EXPECT_NEAR(whole.loss_t2i.item<double>(), filled.loss_t2i.item<double>(), 1e-6);
+  // A fresh queue, nothing written yet (image_id -1 everywhere): the gathered features alone.
+  m.queue_valid = torch::zeros({q + extra}, torch::kBool);
+  m.queue_image_id = torch::full({q + extra}, -1, torch::kLong);
+  auto none = inputs(c);
+  none.queue_img = torch::zeros({0, 5});
+  none.queue_txt = torch::zeros({0, 5});
+  none.queue_image_id = torch::zeros({0}, torch::kLong);
+  EXPECT_NEAR(fnvlp::loss::itc_loss(fnvlp::loss::momentum_itc_inputs(m)).loss.item<double>(),
+              fnvlp::loss::itc_loss(fnvlp::loss::momentum_itc_inputs(none)).loss.item<double>(),
+              1e-6);
 }
 
 TEST(MomentumItc, OnlyTheOnlineAnchorsGetGradient) {
