@@ -23,7 +23,8 @@ task=$camp/tasks/$method-s$seed
 # One job per task: a task started twice (resubmitted, or a requeue racing its previous
 # allocation) stops here with exit 2, naming the job that owns the directory.
 fnvlp_own_dir "$task"
-export FNVLP_RUN=$task/run FNVLP_SEED=$seed
+# The task's method comes with its overrides (task.json), not from FNVLP_METHOD.
+export FNVLP_RUN=$task/run FNVLP_SEED=$seed FNVLP_METHOD=none
 # The task's overrides (method's and matrix-wide), from task.json; train.seed comes first.
 FNVLP_PRETRAIN_SET="$FNVLP_PRETRAIN_SET $(/usr/bin/python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))["overrides"]))' "$task/task.json")"
 export FNVLP_PRETRAIN_SET

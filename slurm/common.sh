@@ -121,6 +121,52 @@ fnvlp_device_overrides() {
   echo
 }
 
+# The pretraining job's method and step as --set overrides, one key=value per line:
+# FNVLP_METHOD's overlay (slurm/methods.sh; none: nothing), FNVLP_EPOCHS, GloFND's start epoch
+# (FNVLP_GLOFND_START, default 40% of FNVLP_EPOCHS: GloFND's protocol) where the method filters
+# with GloFND, and for DEVICE (cuda or cpu) the step: on cuda FNVLP_STEP_MODE (graphs:
+# train.cuda_graphs; static: train.static_step) and train.precision (FNVLP_PRECISION, else bf16);
+# on the CPU the eager fp32 step (FNVLP_PRECISION fp32 only: fnvlp_device_overrides).
+fnvlp_step_overrides() {
+  local dev=$1 kv glofnd=0
+  if [ "$FNVLP_METHOD" != none ]; then
+    # shellcheck source=slurm/methods.sh
+    source "$FNVLP_ROOT/slurm/methods.sh"
+    local overrides
+    overrides=$(fnvlp_method_overrides "$FNVLP_METHOD") ||
+      fnvlp_die "FNVLP_METHOD=$FNVLP_METHOD: no jobs/configs/methods/$FNVLP_METHOD.yaml (or none)"
+    for kv in $overrides; do
+      echo "$kv"
+      [ "$kv" != negatives.method=glofnd ] || glofnd=1
+    done
+  fi
+  if [ -n "$FNVLP_EPOCHS" ]; then
+    echo "train.epochs=$FNVLP_EPOCHS"
+    [ "$glofnd" -eq 0 ] || echo "negatives.start_epoch=${FNVLP_GLOFND_START:-$((FNVLP_EPOCHS * 2 / 5))}"
+  fi
+  if [ "$dev" = cuda ]; then
+    [ -n "$FNVLP_PRECISION" ] || echo "train.precision=bf16"
+    case "$FNVLP_STEP_MODE" in
+      graphs) echo "train.cuda_graphs=true" ;;
+      static) echo "train.static_step=true" ;;
+    esac
+  fi
+}
+
+# One line saying what fnvlp_step_overrides gives for DEVICE: the method, precision and step.
+fnvlp_step_summary() {
+  local dev=$1 all precision=fp32 step=eager
+  all=$(fnvlp_step_overrides "$dev" | tr '\n' ' ')
+  case " $all " in *" train.precision=bf16 "*) precision=bf16 ;; esac
+  [ "$dev" != cuda ] || [ -z "$FNVLP_PRECISION" ] || precision=$FNVLP_PRECISION
+  case " $all " in
+    *" train.cuda_graphs=true "*) step="static step in CUDA graphs" ;;
+    *" train.static_step=true "*) step="static step" ;;
+    *) step="eager step" ;;
+  esac
+  echo "pretraining: method $FNVLP_METHOD, $precision, $step on $dev (${all% })"
+}
+
 # ---------------------------------------------------------------------------------------------
 # Settings (all overridable from the environment).
 export FNVLP_SCALE=${FNVLP_SCALE:-4m}
@@ -154,8 +200,16 @@ case "$FNVLP_DEVICE" in
   auto | cpu | cuda) ;;
   *) fnvlp_die "FNVLP_DEVICE=$FNVLP_DEVICE: expected auto, cpu or cuda" ;;
 esac
-# train.precision of the training ranks (fp32, bf16); empty: the config's (fp32 unless it says).
+# train.precision of the training ranks (fp32, bf16); empty: the config's (fp32 unless it says),
+# and bf16 for pretraining on GPUs (fnvlp_step_overrides).
 export FNVLP_PRECISION=${FNVLP_PRECISION:-}
+# The pretraining step on GPUs (fnvlp_step_overrides): graphs (train.cuda_graphs: the static step
+# captured in CUDA graphs), static (train.static_step) or eager; the CPU trains eager.
+export FNVLP_STEP_MODE=${FNVLP_STEP_MODE:-graphs}
+case "$FNVLP_STEP_MODE" in
+  graphs | static | eager) ;;
+  *) fnvlp_die "FNVLP_STEP_MODE=$FNVLP_STEP_MODE: expected graphs, static or eager" ;;
+esac
 
 if [ "$FNVLP_SCALE" = smoke ]; then
   # Synthetic labelled data by default; FNVLP_DATA=DIR (captions.json + splits.json in ALBEF's
@@ -178,7 +232,14 @@ if [ "$FNVLP_SCALE" = smoke ]; then
   export FNVLP_TIME=${FNVLP_TIME:-30:00}
   export FNVLP_MEM=${FNVLP_MEM:-6G}
   export FNVLP_K_TEST=${FNVLP_K_TEST:-16}
+  export FNVLP_METHOD=${FNVLP_METHOD:-none}
+  export FNVLP_EPOCHS=${FNVLP_EPOCHS:-}
 else
+  # The mission's method: FALCON's scheduler composes the batches, GloFND's per-anchor thresholds
+  # filter their false negatives, in GloFND's protocol (lambda_0 = 1, from FNVLP_GLOFND_START,
+  # 40% of the epochs by default); ALBEF's 30 epochs (Pretrain.yaml).
+  export FNVLP_METHOD=${FNVLP_METHOD:-falcon_glofnd}
+  export FNVLP_EPOCHS=${FNVLP_EPOCHS:-30}
   # ALBEF's 4M set: "json:image_root" items (COCO, Visual Genome, CC3M, SBU in ALBEF's JSON).
   d4=${FNVLP_DATA_ROOT:-/datasets}
   export FNVLP_DATA=${FNVLP_DATA:-$d4/albef/coco.json:$d4/coco $d4/albef/vg.json:$d4/vg $d4/albef/cc3m_train.json:$d4/cc3m $d4/albef/sbu.json:$d4/sbu}
@@ -201,6 +262,9 @@ else
   export FNVLP_MEM=${FNVLP_MEM:-0}
   export FNVLP_K_TEST=${FNVLP_K_TEST:-128}
 fi
+[ "$FNVLP_METHOD" = none ] || [ -f "$FNVLP_ROOT/jobs/configs/methods/$FNVLP_METHOD.yaml" ] ||
+  fnvlp_die "FNVLP_METHOD=$FNVLP_METHOD: no jobs/configs/methods/$FNVLP_METHOD.yaml (or none)"
+case "$FNVLP_EPOCHS" in '' | [1-9] | [1-9]*[0-9]) ;; *) fnvlp_die "FNVLP_EPOCHS=$FNVLP_EPOCHS: expected a positive epoch count" ;; esac
 # GPUs per node of the training jobs the scripts submit (pretrain, finetune, campaign tasks), one
 # rank per GPU; 0 asks for none (CPU clusters, the local SLURM). Default 8 at 4m (the #SBATCH
 # lines of pretrain_4m.sh), 0 at smoke; a hand-submitted pretrain_4m.sh chains its jobs with the
@@ -561,6 +625,12 @@ fnvlp_pretrain() {
   dev=$(fnvlp_device_overrides) || exit 1
   fnvlp_log "device: $dev"
   for kv in $dev; do args+=(--set "$kv"); done
+  local kind=cpu
+  case " $dev " in *" train.device=cuda "*) kind=cuda ;; esac
+  local step
+  step=$(fnvlp_step_overrides "$kind") || exit 1
+  fnvlp_log "$(fnvlp_step_summary "$kind")"
+  for kv in $step; do args+=(--set "$kv"); done
   for kv in $(fnvlp_thread_overrides); do args+=(--set "$kv"); done
   [ -z "$FNVLP_STEPS" ] || args+=(--set "train.max_steps=$FNVLP_STEPS")
   [ -z "$FNVLP_BATCH" ] || args+=(--set "train.batch_size=$FNVLP_BATCH")

@@ -199,6 +199,8 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     submit)
       fnvlp_submit_chain
       if fnvlp_dry_run; then
+        if [ "$FNVLP_GPUS_PER_NODE" -eq 0 ]; then dev=cpu; else dev=cuda; fi
+        fnvlp_log "dry run: $(fnvlp_step_summary "$dev")"
         fnvlp_log "dry run: nothing submitted"
       elif [ "${1:-}" = --wait ]; then
         fnvlp_wait_chain

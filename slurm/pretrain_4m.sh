@@ -26,6 +26,10 @@
 # FNVLP_DEVICE=cpu|cuda forces it, FNVLP_PRECISION=bf16 sets train.precision); the jobs it chains
 # follow its allocation (FNVLP_GPUS_PER_NODE). Each rank's 12 CPUs are its train.threads (the
 # loader's augmentation and the CPU loops; fnvlp_thread_overrides).
+# What it trains (fnvlp_step_overrides, printed by the dry run and logged at the start):
+# FNVLP_METHOD (default falcon_glofnd: FALCON's batches with GloFND's per-anchor thresholds from
+# 40% of the FNVLP_EPOCHS=30 epochs; `none`: the preset alone), on GPUs in bf16 with the static
+# step in CUDA graphs (FNVLP_PRECISION, FNVLP_STEP_MODE=graphs|static|eager), on CPUs eager fp32.
 #SBATCH --job-name=fnvlp-pretrain-4m
 #SBATCH --nodes=4
 #SBATCH --ntasks-per-node=8
@@ -65,6 +69,10 @@ if [ -z "${SLURM_JOB_ID:-}" ] && fnvlp_dry_run; then
   else
     fnvlp_submit_chain_after_pretrain "$entry"
   fi
+  # What the pretraining ranks will train, on the device the job asks for.
+  dev=cpu
+  [ "$FNVLP_GPUS_PER_NODE" -eq 0 ] || dev=cuda
+  fnvlp_log "dry run: $(fnvlp_step_summary "$dev")"
   fnvlp_log "dry run: nothing submitted"
   exit 0
 fi

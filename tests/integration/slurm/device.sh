@@ -117,8 +117,10 @@ run FNVLP_BUILD_DIR="$tmp/bin" FNVLP_RUN="$tmp/run" SLURM_JOB_ID=7 SLURM_GPUS_ON
 [ "$rc" -eq 0 ] || fail "fnvlp_pretrain: exit $rc: $(cat "$tmp/out" "$tmp/err")"
 grep -qx 'ranks 2 srun_cpus=12' "$tmp/out" || fail "fnvlp_pretrain: launch not with SRUN_CPUS_PER_TASK=12: $(cat "$tmp/out")"
 grep -qx 'after: srun_cpus=unset' "$tmp/out" || fail "SRUN_CPUS_PER_TASK outlived the launch: $(cat "$tmp/out")"
-grep -q -- "--set train.device=cuda --set comm.backend=nccl --set train.threads=12 .*--set comm.backend=mpi\$" "$tmp/out" ||
-  fail "fnvlp_pretrain: overrides (the device, the job's 12 CPUs per rank as train.threads) not before FNVLP_PRETRAIN_SET: $(cat "$tmp/out")"
+grep -q -- "--set train.device=cuda --set comm.backend=nccl --set train.precision=bf16 --set train.cuda_graphs=true --set train.threads=12 .*--set comm.backend=mpi\$" "$tmp/out" ||
+  fail "fnvlp_pretrain: overrides (the device, bf16 and CUDA graphs on it, the job's 12 CPUs per rank as train.threads) not before FNVLP_PRETRAIN_SET: $(cat "$tmp/out")"
+grep -q "pretraining: method none, bf16, static step in CUDA graphs on cuda" "$tmp/out" ||
+  fail "fnvlp_pretrain: the method, precision and step not logged: $(cat "$tmp/out")"
 grep -q "device: $cuda\$" "$tmp/out" || fail "fnvlp_pretrain: the device is not logged: $(cat "$tmp/out")"
 echo "fnvlp_pretrain: $cuda train.threads=12 before FNVLP_PRETRAIN_SET, SRUN_CPUS_PER_TASK=12 for the launch only"
 run FNVLP_BUILD_DIR="$tmp/bin" FNVLP_RUN="$tmp/run" SLURM_JOB_ID=7 SLURM_GPUS_PER_NODE=0 -- "$launch"

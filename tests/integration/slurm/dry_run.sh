@@ -111,4 +111,29 @@ head -1 < <(grep '^sbatch ' "$tmp/dry") | grep -q -- \
   fail "pretrain_4m.sh: the entry job's #SBATCH resources are not printed first"
 [ "$(grep -c '^sbatch ' "$tmp/dry")" -eq 7 ] || fail "pretrain_4m.sh: expected the entry + 6 stages"
 echo "pretrain_4m.sh: entry job (4 nodes x 8 GPUs) + the 6-stage chain printed"
+
+# 5. What the 4M job trains, printed by its dry run: the mission's method (FALCON's batches,
+#    GloFND's thresholds from 40% of ALBEF's 30 epochs) in bf16 with CUDA graphs on its GPUs;
+#    eager fp32 on a CPU allocation; another method and step mode when asked.
+want='pretraining: method falcon_glofnd, bf16, static step in CUDA graphs on cuda'
+grep -qF "$want" "$tmp/dry" || { grep pretraining "$tmp/dry"; fail "pretrain_4m.sh: no '$want'"; }
+line=$(grep -F "$want" "$tmp/dry")
+for kv in sampler.kind=falcon negatives.method=glofnd train.epochs=30 negatives.start_epoch=12 \
+  train.precision=bf16 train.cuda_graphs=true; do
+  grep -qE "[ (]${kv//./\\.}[ )]" <<<"$line" || fail "pretrain_4m.sh: the dry run's settings lack $kv: $line"
+done
+FNVLP_GPUS_PER_NODE=0 FNVLP_DRY_RUN=1 bash "$src/slurm/pretrain_4m.sh" >/dev/null 2>"$tmp/dry" ||
+  { cat "$tmp/dry"; fail "pretrain_4m.sh on CPUs: dry run failed"; }
+grep -qF 'pretraining: method falcon_glofnd, fp32, eager step on cpu' "$tmp/dry" ||
+  { grep pretraining "$tmp/dry"; fail "pretrain_4m.sh on CPUs: not eager fp32"; }
+FNVLP_METHOD=fnc FNVLP_STEP_MODE=static FNVLP_DRY_RUN=1 bash "$src/slurm/pretrain_4m.sh" \
+  >/dev/null 2>"$tmp/dry" || { cat "$tmp/dry"; fail "pretrain_4m.sh with fnc: dry run failed"; }
+grep -q 'pretraining: method fnc, bf16, static step on cuda (.*negatives.method=fnc' "$tmp/dry" ||
+  { grep pretraining "$tmp/dry"; fail "pretrain_4m.sh: FNVLP_METHOD=fnc FNVLP_STEP_MODE=static not printed"; }
+if FNVLP_METHOD=nosuch FNVLP_DRY_RUN=1 bash "$src/slurm/pretrain_4m.sh" >/dev/null 2>"$tmp/dry"; then
+  fail "pretrain_4m.sh: an unknown FNVLP_METHOD was accepted"
+fi
+grep -q 'FNVLP_METHOD=nosuch: no jobs/configs/methods/nosuch.yaml' "$tmp/dry" ||
+  { cat "$tmp/dry"; fail "pretrain_4m.sh: no reason for the unknown method"; }
+echo "pretrain_4m.sh: method, precision and step printed (GPUs, CPUs, another method; unknown refused)"
 echo PASS
