@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # On a lent GPU machine (tests/gpu/device_pack.sh made DIR here): unpacks the runtime prefix,
 # points the programs at that machine's PyTorch and CUDA libraries, and runs the named parts:
+#   never_run: GPU.md's list "Never run on a GPU", first in a session that has a device: the
+#           unit tests' CUDA cases, the gpu cases of the methods in the static step and CUDA graphs
+#           (graphs_methods, graphs_shared, graphs_nan; graphs_nccl2 and nccl at 2 ranks say
+#           SKIPPED on one GPU); `kokkos` is the rest of that list
 #   checks: the gpu ctest cases (golden step, equivalence, shared GPU, bf16, kill + resume, NCCL,
 #           profile, out of memory) and the unit tests' CUDA cases (*Cuda*: GPU state against
 #           the CPU's)
+#   CASE:   one case of tests/gpu/gpu_pretrain.sh by name
 #   bench:  tests/bench/gpu_pretrain.sh
 #   kokkos: simstat on the GPU (the programs of a build against Kokkos on CUDA): its tests against
 #           the host, the named failure without a visible GPU, tests/bench/bench_simstat_device.sh
@@ -49,11 +54,22 @@ check() {  # NAME COMMAND...: runs one check, one summary line per check
   echo "$name: $r in $(($(date +%s) - t0)) s" | tee -a "$out/gpu_checks.log"
   tail -n 4 "$out/$name.log"
 }
+gpu_case() { check "gpu_$1" bash "$root/tests/gpu/gpu_pretrain.sh" "$1" "$bin" "$dir/vocab.txt" "$root"; }
 for part in "$@"; do
   case $part in
   equivalence | bf16 | kill_resume | shared_gpu | no_cuda | profile | graphs | graphs_resume | \
-    graphs_nan | sdpa | oom)
-    check "gpu_$part" bash "$root/tests/gpu/gpu_pretrain.sh" "$part" "$bin" "$dir/vocab.txt" "$root"
+    graphs_nan | sdpa | oom | graphs_methods | graphs_shared | graphs_nccl2 | equivalence2 | \
+    nccl_timeout)
+    gpu_case "$part"
+    ;;
+  never_run)
+    check unit_cuda "$bin/tests/fnvlp_unit_tests" --gtest_filter='*Cuda*'
+    for c in graphs_methods graphs_shared graphs_nan graphs_nccl2; do gpu_case "$c"; done
+    if [ "$(nvidia-smi -L | grep -c '^GPU')" -ge 2 ]; then
+      check nccl_np2 mpirun --oversubscribe -np 2 "$bin/tests/mpi/fnvlp_nccl_tests"
+    else
+      echo "nccl_np2: SKIPPED (one GPU)" | tee -a "$out/gpu_checks.log"
+    fi
     ;;
   nccl) check nccl_np1 mpirun --oversubscribe -np 1 "$bin/tests/mpi/fnvlp_nccl_tests" ;;
   checks)
@@ -62,8 +78,8 @@ for part in "$@"; do
     check nccl_np1 mpirun --oversubscribe -np 1 "$bin/tests/mpi/fnvlp_nccl_tests"
     check unit_cuda "$bin/tests/fnvlp_unit_tests" --gtest_filter='*Cuda*'
     for c in equivalence bf16 kill_resume shared_gpu no_cuda profile graphs graphs_resume graphs_nan \
-      sdpa oom; do
-      check "gpu_$c" bash "$root/tests/gpu/gpu_pretrain.sh" "$c" "$bin" "$dir/vocab.txt" "$root"
+      sdpa oom graphs_methods graphs_shared; do
+      gpu_case "$c"
     done
     ;;
   bench) OUT=$out bash "$root/tests/bench/gpu_pretrain.sh" "$bin" "$dir/vocab.txt" "$out" ;;
@@ -79,7 +95,10 @@ for part in "$@"; do
       "$kb/fnvlp-simstat" "$kb/bench_simstat" "$FNVLP_PYTHON"
     cat "$out/kokkos_bench.log"
     ;;
-  *) echo "unknown part $part" ;;
+  *)
+    echo "FAIL: unknown part $part" | tee -a "$out/gpu_checks.log"
+    status=1
+    ;;
   esac
 done
 exit $status

@@ -17,6 +17,15 @@
 #   graphs_resume  60 graphed steps, SIGKILL at step 30, --resume auto: bitwise equal
 #   graphs_nan   a NaN at a replayed step: skipped on the device flag, the weights bitwise those
 #                of a run that stops before it
+#   graphs_methods  every method in the static step on CUDA against the eager step (ITM argmax:
+#                within 1e-4, then 2e-3) and against its CUDA graphs (bitwise), four arms that
+#                cover them (FALCON + GloFND, GRIT + FNC + TCL, momentum, SRCL), 3 steps into
+#                the grouped epoch; FALCON's reward under dropout 0.1 and lr 0 exactly 0 with
+#                graphs (its reward pass, a graph of its own, repeats the step's masks)
+#   graphs_shared  2 ranks on one GPU over MPI (the collectives from the graph's host nodes):
+#                CUDA graphs bitwise equal to the static step without them (FALCON + GloFND)
+#   graphs_nccl2 2 GPUs over NCCL with the collectives captured: CUDA graphs bitwise equal to the
+#                static step without them (FALCON + GloFND), and the same bytes per step
 #   sdpa         train.attention=sdpa (fused kernels) against materialised scores, fp32 (1e-4,
 #                then 2e-3) and bf16 (3e-2), train.deterministic=false
 #   oom          CUDA's out-of-memory error at step 3 (FNVLP_FAULT step.oom: an allocation larger
@@ -105,6 +114,28 @@ methods=("uniform:" "glofnd:--set negatives.method=glofnd --set negatives.alpha=
   "momentum:--set loss.soft_targets=momentum --set loss.queue_size=64"
   "grit:--set sampler.kind=grit --set sampler.grit.q=1 --set train.export_embeddings=true"
   "falcon:--set sampler.kind=falcon --set train.export_embeddings=true")
+
+# The static step's arms as NAME:OVERRIDES (graphs_*): every method among them.
+arms=("falcon_glofnd:--set sampler.kind=falcon --set negatives.method=glofnd --set negatives.alpha=0.05 --set negatives.glofnd.init=0.5 --set negatives.glofnd.lr=0.3 --set train.export_embeddings=true"
+  "grit_fnc_tcl:--set sampler.kind=grit --set sampler.grit.schedule=hardening --set negatives.method=fnc --set negatives.alpha=0.05 --set loss.tcl.enabled=true --set train.export_embeddings=true"
+  "momentum:--set loss.soft_targets=momentum --set loss.queue_size=40"
+  "srcl:--set negatives.method=srcl")
+# static_vs_graphs NP STEPS ARGS...: per arm, the static step without and with CUDA graphs,
+# bitwise (deterministic), at NP ranks.
+static_vs_graphs() {
+  local np=$1 steps=$2
+  shift 2
+  for a in "${arms[@]}"; do
+    local name=${a%%:*}
+    read -r -a extra <<<"${a#*:}"
+    run "$name-static" "$np" --set train.max_steps="$steps" --set train.device=cuda \
+      --set loss.itm_negatives=argmax --set train.static_step=true "${extra[@]}" "$@"
+    run "$name-graphs" "$np" --set train.max_steps="$steps" --set train.device=cuda \
+      --set loss.itm_negatives=argmax --set train.cuda_graphs=true "${extra[@]}" "$@"
+    expect "cuda_graphs: captured the step" "$work/$name-graphs.txt"
+    compare "$name-static" "$name-graphs" 0 0
+  done
+}
 
 case $case_ in
 no_cuda)
@@ -265,6 +296,54 @@ assert s["skipped_steps"] == 1, s
 assert s["cuda_graphs"] == {"captured": 1, "replays": 5, "warmup_steps": 1}, s["cuda_graphs"]
 PY
   echo "  a NaN at a replayed step: skipped, weights unchanged"
+  ;;
+graphs_methods)
+  need_gpu
+  make_data
+  for a in "${arms[@]}"; do
+    name=${a%%:*}
+    read -r -a extra <<<"${a#*:}"
+    run "$name-eager" 1 --set train.max_steps=11 --set train.device=cuda \
+      --set loss.itm_negatives=argmax "${extra[@]}"
+    run "$name-static" 1 --set train.max_steps=11 --set train.device=cuda \
+      --set loss.itm_negatives=argmax --set train.static_step=true "${extra[@]}"
+    compare "$name-eager" "$name-static" 1e-4 2e-3
+  done
+  static_vs_graphs 1 11
+  run falcon_dropout 1 --set train.max_steps=11 --set train.device=cuda --set train.cuda_graphs=true \
+    --set sampler.kind=falcon --set train.export_embeddings=true --set model.dropout=0.1 \
+    --set optim.lr=0 --set optim.min_lr=0
+  expect "cuda_graphs: captured the pass after the update" "$work/falcon_dropout.txt"
+  "$py" - "$work/falcon_dropout" <<'PY'
+import json, sys
+r = [x["falcon_reward"] for x in map(json.loads, open(sys.argv[1] + "/metrics.jsonl"))
+     if "itc" in x and x["epoch"] >= 1]
+assert r and all(v == 0 for v in r), r
+print("  FALCON's reward with graphs, dropout 0.1, lr 0: %d steps of exactly 0" % len(r))
+PY
+  ;;
+graphs_shared)
+  need_gpu
+  make_data
+  arms=("${arms[0]}")
+  static_vs_graphs 2 7 --set comm.backend=mpi
+  expect "device collectives mpi \(host copies\)" "$work/falcon_glofnd-graphs.txt"
+  ;;
+graphs_nccl2)
+  need_gpus 2
+  make_data
+  arms=("${arms[0]}")
+  static_vs_graphs 2 7 --set comm.backend=nccl
+  expect "device collectives nccl" "$work/falcon_glofnd-graphs.txt"
+  "$py" - "$work/falcon_glofnd-static" "$work/falcon_glofnd-graphs" <<'PY'
+import json, sys
+def sent(run):
+    return [r["comm_bytes_per_step"] for r in map(json.loads, open(run + "/metrics.jsonl"))
+            if "comm_bytes_per_step" in r]
+a, b = sent(sys.argv[1]), sent(sys.argv[2])
+assert a == b, ("the replays' bytes per step differ from the static step's", a, b)
+print("  bytes per step with graphs = without: %s" % b[-1])
+PY
   ;;
 sdpa)
   need_gpu
