@@ -163,12 +163,18 @@ struct SoftmaxCrossEntropyFn : public torch::autograd::Function<SoftmaxCrossEntr
 
 // Rows [begin, end) of z [rows, V] in place: z_m + b -> softmax(z_m + b) - onehot(t_m), with
 // loss[m] = lse(z_m + b) - (z_m + b)_{t_m}. A row of BERT's vocabulary (122 KB) stays in the
-// core's L2 cache across the three passes.
+// core's L2 cache across the three passes. A row whose target is negative (a padding row,
+// pad_positions' -100) gets no loss and no gradient.
 FNVLP_SIMD_CLONES void rows_softmax_minus_onehot_inplace(float* z, const float* b, const int64_t* t,
                                                          int64_t v, int64_t begin, int64_t end,
                                                          float* loss) {
   for (int64_t m = begin; m < end; ++m) {
     float* r = z + m * v;
+    if (t[m] < 0) {
+      std::fill(r, r + v, 0.0f);
+      loss[m] = 0.0f;
+      continue;
+    }
     float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
     for (int64_t j = 0; j < v; ++j) {
@@ -206,10 +212,11 @@ int blas_int(int64_t v) { return fnvlp::blas_int(v, "linear_cross_entropy"); }
 // block's three products.
 constexpr int64_t kVocabBlock = 4096;
 
+// `counted` > 0: the mean over that many rows, the others padding (targets -100); 0: over all.
 struct LinearCrossEntropyFn : public torch::autograd::Function<LinearCrossEntropyFn> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& h,
                                const torch::Tensor& weight, const torch::Tensor& bias,
-                               const torch::Tensor& targets) {
+                               const torch::Tensor& targets, int64_t counted) {
     const int64_t M = h.size(0), K = h.size(1), V = weight.size(0);
     torch::Tensor g = torch::empty({M, V}, h.options());
     gemm_nt_few_rows(M, V, K, h.data_ptr<float>(), K, weight.data_ptr<float>(), K,
@@ -223,7 +230,9 @@ struct LinearCrossEntropyFn : public torch::autograd::Function<LinearCrossEntrop
       rows_softmax_minus_onehot_inplace(gp, bp, tp, V, b, e, lp);
     });
     ctx->save_for_backward({h, weight, g});
-    return loss.mean();
+    ctx->saved_data["counted"] = counted;
+    // The mean over all rows as libtorch computes it (the eager step's loss, bit for bit).
+    return counted > 0 ? loss.sum() / static_cast<float>(counted) : loss.mean();
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -231,7 +240,8 @@ struct LinearCrossEntropyFn : public torch::autograd::Function<LinearCrossEntrop
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &h = saved[0], &weight = saved[1], &g = saved[2];
     const int64_t M = g.size(0), V = g.size(1), K = h.size(1);
-    const float s = grads[0].item<float>() / static_cast<float>(M);
+    const int64_t counted = ctx->saved_data["counted"].toInt();
+    const float s = grads[0].item<float>() / static_cast<float>(counted > 0 ? counted : M);
     const float* gp = g.data_ptr<float>();
     torch::Tensor dh, dw, db;
     if (ctx->needs_input_grad(0)) dh = torch::empty({M, K}, h.options());
@@ -263,7 +273,7 @@ struct LinearCrossEntropyFn : public torch::autograd::Function<LinearCrossEntrop
       if (db.defined()) add_column_sums(gp + v0, M, n, V, db.data_ptr<float>() + v0);
     }
     if (db.defined()) db.mul_(s);
-    return {dh, dw, db, torch::Tensor()};
+    return {dh, dw, db, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -292,7 +302,7 @@ torch::Tensor linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& 
       !is_dense_cpu_float(bias) || !t.device().is_cpu())
     return mlm_loss(torch::linear(x, weight, bias), targets);
   check_targets(t, weight.size(0));
-  return LinearCrossEntropyFn::apply(x, weight, bias, t);
+  return LinearCrossEntropyFn::apply(x, weight, bias, t, int64_t{0});
 }
 
 torch::Tensor padded_linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& weight,
@@ -301,6 +311,16 @@ torch::Tensor padded_linear_cross_entropy(const torch::Tensor& h, const torch::T
               "padded_linear_cross_entropy: h " << h.sizes() << ", targets " << targets.sizes());
   namespace F = torch::nn::functional;
   const torch::Tensor t = targets.to(torch::kLong);
+  // On the CPU (no graph to capture: the count may be read) the fused node of
+  // linear_cross_entropy, its padding rows skipped.
+  if (h.size(0) > 0 && is_dense_cpu_float(h) && is_dense_cpu_float(weight) &&
+      is_dense_cpu_float(bias) && t.device().is_cpu()) {
+    const torch::Tensor counted = t.ne(-100);
+    check_targets(t.masked_select(counted), weight.size(0));
+    const int64_t n = counted.sum().item<int64_t>();
+    if (n == 0) return (h.sum() * 0).to(torch::kFloat);  // 0 that still belongs to the graph
+    return LinearCrossEntropyFn::apply(h.contiguous(), weight, bias, t.contiguous(), n);
+  }
   // Per row (an ignored target, -100, gives 0), then the mean over the rows that count: 0, not
   // cross_entropy's NaN, when none does (no token selected).
   const torch::Tensor ce = F::cross_entropy(torch::linear(h, weight, bias), t,
