@@ -17,6 +17,13 @@ rank and a ring all-gather (R - 1) / R of its result; a reduce-scatter, which is
 sums need (each rank keeps its own b rows), sends (R - 1) / R of it.
 
 Usage:
+  comm_model.py scaling CONFIG --compute-ms MS --batch B [--nodes N] [--gpus-per-node G]
+                               [--intra-gbs GB/s] [--inter-gbs GB/s] [--method-ms MS]
+                                                  a job's expected step and scaling efficiency:
+                                                  the gradient all-reduce exposed after the
+                                                  backward (eager over NCCL without buckets) or
+                                                  overlapped with it (buckets captured in the
+                                                  step's CUDA graph), on paper
   comm_model.py check METRICS.jsonl CONFIG R B [--backend nccl]
                                                   the run's comm_bytes_per_step against the model
                                                   (exactly, unless --tolerance)
@@ -153,6 +160,48 @@ def table(args):
     return 0
 
 
+def scaling(args):
+    """The step of a job at nodes x gpus_per_node ranks from a measured one-GPU step, with NCCL's
+    ring collectives at a bus bandwidth of intra_gbs inside a node and inter_gbs across nodes (a
+    ring that leaves a node carries its whole traffic through the node's NICs: the bus bandwidth
+    is the node's network bandwidth)."""
+    cfg = twin.load_config(args.config)
+    P, E = parameters(cfg["model"]), cfg["model"]["embed_dim"]
+    mb = 1e6
+    c = args.compute_ms + args.method_ms
+    print(f"{args.config}: P = {P:,} parameters (fp32 gradient {4 * P / mb:.0f} MB), E = {E}; "
+          f"one GPU's step {args.compute_ms:g} ms at b = {args.batch}"
+          + (f" + {args.method_ms:g} ms of the method's own work" if args.method_ms else "")
+          + f"; backward {100 * args.backward_share:.0f}% of the compute, buckets of "
+          f"{args.bucket_mb:g} MB\n")
+    print("| GPUs | bus GB/s | gradient ms | features ms | step, all-reduce after the backward "
+          "| step, overlapped (captured buckets) | efficiency after / overlapped |")
+    print("|---|---|---|---|---|---|---|")
+
+    def step_ms(nodes):  # (R, bus B/s, gradient ms, feature ms, step after, step overlapped)
+        R = nodes * args.gpus_per_node
+        bw = (args.inter_gbs if nodes > 1 else args.intra_gbs) * 1e9
+        p = payload(P, E, R, args.batch, "nccl")
+        grads = 2 * (R - 1) / R * p["grads"] / bw * 1e3
+        feats = (wire(p, R) - 2 * (R - 1) / R * p["grads"]) / bw * 1e3
+        last = 2 * (R - 1) / R * min(p["grads"], args.bucket_mb * mb) / bw * 1e3
+        return (R, bw, grads, feats, c + feats + grads,
+                c + feats + max(last, grads - args.backward_share * c))
+
+    for nodes in args.nodes:
+        R, bw, grads, feats, after, overlapped = step_ms(nodes)
+        print(f"| {nodes} x {args.gpus_per_node} = {R} | {bw / 1e9:g} | {grads:.1f} | {feats:.2f} "
+              f"| {after:.1f} ms | {overlapped:.1f} ms | {100 * c / after:.1f}% / "
+              f"{100 * c / overlapped:.1f}% |")
+    R, _, _, _, _, step = step_ms(args.nodes[-1])
+    rate = R * args.batch / (step * 1e-3)
+    print(f"\nAt {R} GPUs, overlapped: {rate:,.0f} samples/s for the job, "
+          f"{args.batch * 1e3 / step:.0f} per GPU; an epoch of {args.samples:,} pairs in "
+          f"{args.samples / rate / 60:.1f} min, {args.epochs} epochs in "
+          f"{args.epochs * args.samples / rate / 3600:.1f} h")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -175,8 +224,25 @@ def main():
                    help="the backward's share of a step's compute (two matmuls per forward one)")
     t.add_argument("--bucket-mb", type=float, default=25.0,
                    help="comm.bucket_mb: the last bucket waits for the end of the backward")
+    sc = sub.add_parser("scaling")
+    sc.add_argument("config")
+    sc.add_argument("--compute-ms", type=float, required=True,
+                    help="one GPU's measured step at --batch (the method's work excluded)")
+    sc.add_argument("--method-ms", type=float, default=0.0,
+                    help="the method's own work per step on top of --compute-ms")
+    sc.add_argument("--batch", type=int, required=True)
+    sc.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4])
+    sc.add_argument("--gpus-per-node", type=int, default=8)
+    sc.add_argument("--intra-gbs", type=float, default=450.0,
+                    help="NCCL all-reduce bus bandwidth inside a node (NVLink)")
+    sc.add_argument("--inter-gbs", type=float, default=180.0,
+                    help="... across nodes: the node's network (4 x 400 Gb/s = 200 GB/s, ~90%%)")
+    sc.add_argument("--backward-share", type=float, default=2 / 3)
+    sc.add_argument("--bucket-mb", type=float, default=25.0)
+    sc.add_argument("--samples", type=int, default=4_000_000)
+    sc.add_argument("--epochs", type=int, default=30)
     args = ap.parse_args()
-    return check(args) if args.cmd == "check" else table(args)
+    return {"check": check, "table": table, "scaling": scaling}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,10 @@
 #   TWIN     1: the twin's cells (eager for every cell; best for TWIN_BEST, "base:32 base:64");
 #            TWIN_BUDGET seconds for them (240), TWIN_FIRST the cells run first (base bf16 at
 #            64 and 32, eager and best)
+#   METHODS  methods (jobs/configs/methods/NAME.yaml, layered on the preset) run on METHOD_CELL
+#            (base:bf16:64) in the graphs mode beside its uniform cell ("": none; issue 60:
+#            "glofnd fnc srcl hardening momentum falcon falcon_glofnd tcl"); SHARED 1: METHOD_CELL's
+#            uniform and METHODS at 2 ranks sharing the GPU (comm.backend=mpi), eager and graphs
 #   DEVICE   cuda (cpu: a dry run of the script), PYTHON (python3)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -55,6 +59,41 @@ shards() {  # shards PRESET: synthetic shards at the preset's image size, made o
     --image-size "$px" --shard-size 320 >/dev/null
 }
 
+# fnvlp_cell RUN NP ARGS...: one timed fnvlp-pretrain run on the synthetic shards of $preset.
+fnvlp_cell() {
+  local run=$1 np=$2
+  shift 2
+  # Unbound: mpirun binds a rank to one core by default, where train.threads and the loader
+  # would share it (the twin has the machine's cores).
+  # (--set overrides apply after every --config, whatever their order: ARGS' win.)
+  mpirun --bind-to none --oversubscribe -np "$np" "$bin/jobs/fnvlp-pretrain" \
+    --data "$work/$preset-shards" --config "$root/jobs/configs/$preset.yaml" --out "$run" \
+    --set train.device="${DEVICE:-cuda}" --set train.precision="$prec" \
+    --set train.batch_size="$batch" --set train.max_steps="$steps" --set train.log_every=5 \
+    --set checkpoint.every_steps=0 --set train.threads="${THREADS:-4}" --set train.prefetch=4 \
+    --set train.deterministic="$det" --set train.export_embeddings=false "$@" >"$run.txt" 2>&1
+}
+# fnvlp_record RUN MODE METHOD RANKS T0 LAST: its results.jsonl line (windows after step 10).
+fnvlp_record() {
+  "$py" - "$@" "$preset" "$prec" "$batch" "${THREADS:-4}" >>"$out/results.jsonl" <<'PY'
+import json, statistics, sys, time
+run, mode, method, ranks, t0, last, preset, prec, batch, threads = sys.argv[1:]
+cfg = open(run + "/config.yaml").read()
+rows = [r for r in map(json.loads, open(run + "/metrics.jsonl"))
+        if "samples_per_s" in r and 10 < r["step"] <= int(last)]  # after the warm-up, before a profile
+print(json.dumps({"impl": "fnvlp", "preset": preset, "precision": prec, "batch": int(batch),
+                  "mode": mode, "method": method, "ranks": int(ranks),
+                  "deterministic": "deterministic: true" in cfg,
+                  "samples_per_s": statistics.median(r["samples_per_s"] for r in rows),
+                  "data_wait": statistics.median(r.get("data_wait", 0) for r in rows),
+                  "phase_ms": {k: round(statistics.median(r["phase_ms"][k] for r in rows), 3)
+                               for k in rows[0].get("phase_ms", {})},
+                  "threads": int(threads),
+                  "windows": len(rows), "wall_s": round(time.time() - float(t0), 1)}))
+PY
+  tail -n 1 "$out/results.jsonl"
+}
+
 loaded=""
 for cell in $cells; do
   IFS=: read -r preset prec batch <<<"$cell"
@@ -76,7 +115,7 @@ for cell in $cells; do
   case "$det_cells" in *" $cell "*) modes="$modes det" ;; esac
   for mode in $modes; do
     run=$work/$preset-$prec-$batch-$mode
-    extra=(--set train.deterministic="$det")
+    extra=()
     case $mode in
       graphs) extra+=(--set train.cuda_graphs=true) ;;
       det) extra=(--set train.cuda_graphs=true --set train.deterministic=true) ;;
@@ -88,32 +127,8 @@ for cell in $cells; do
       extra+=(--set train.profile_start=$((steps - 3)) --set train.profile_steps=3) ;;
     esac
     t0=$(date +%s.%N)
-    # Unbound: mpirun binds a rank to one core by default, where train.threads and the loader
-    # would share it (the twin has the machine's cores).
-    mpirun --bind-to none -np 1 "$bin/jobs/fnvlp-pretrain" --data "$work/$preset-shards" \
-      --config "$root/jobs/configs/$preset.yaml" --out "$run" --set train.device="${DEVICE:-cuda}" \
-      --set train.precision="$prec" --set train.batch_size="$batch" --set train.max_steps="$steps" \
-      --set train.log_every=5 --set train.export_embeddings=false \
-      --set checkpoint.every_steps=0 --set train.threads="${THREADS:-4}" --set train.prefetch=4 \
-      "${extra[@]}" \
-      >"$run.txt" 2>&1 || { tail -20 "$run.txt"; echo "FAIL: $cell $mode"; continue; }
-    "$py" - "$run" "$preset" "$prec" "$batch" "$mode" "$t0" "$((steps - 3 * profile))" \
-      "${THREADS:-4}" >>"$out/results.jsonl" <<'PY'
-import json, statistics, sys, time
-run, preset, prec, batch, mode, t0, last, threads = sys.argv[1:]
-cfg = open(run + "/config.yaml").read()
-rows = [r for r in map(json.loads, open(run + "/metrics.jsonl"))
-        if "samples_per_s" in r and 10 < r["step"] <= int(last)]  # after the warm-up, before a profile
-print(json.dumps({"impl": "fnvlp", "preset": preset, "precision": prec, "batch": int(batch),
-                  "mode": mode, "deterministic": "deterministic: true" in cfg,
-                  "samples_per_s": statistics.median(r["samples_per_s"] for r in rows),
-                  "data_wait": statistics.median(r.get("data_wait", 0) for r in rows),
-                  "phase_ms": {k: round(statistics.median(r["phase_ms"][k] for r in rows), 3)
-                               for k in rows[0].get("phase_ms", {})},
-                  "threads": int(threads),
-                  "windows": len(rows), "wall_s": round(time.time() - float(t0), 1)}))
-PY
-    tail -n 1 "$out/results.jsonl"
+    fnvlp_cell "$run" 1 "${extra[@]}" || { tail -20 "$run.txt"; echo "FAIL: $cell $mode"; continue; }
+    fnvlp_record "$run" "$mode" uniform 1 "$t0" "$((steps - 3 * profile))"
     if [ "$profile" = 1 ]; then
       name=$preset-$prec-$batch-$mode
       "$py" "$root/tests/bench/trace_summary.py" "$run/profile/trace-rank0.json" --steps 3 \
@@ -123,6 +138,36 @@ PY
     fi
   done
 done
+# The methods on METHOD_CELL with graphs (issue 60), and at 2 ranks sharing the GPU.
+if [ -n "${METHODS:-}" ] || [ "${SHARED:-0}" = 1 ]; then
+  IFS=: read -r preset prec batch <<<"${METHOD_CELL:-base:bf16:64}"
+  shards "$preset"
+  timed=${STEPS:-20}
+  steps=$((timed + 10))
+  # 640 pairs: an epoch is 10 steps at 64, the timed windows are the grouped epochs (GRIT, FALCON
+  # group from epoch 1 over search spaces of 320 pairs, exported at each epoch end).
+  grouped=(--set sampler.search_space=320 --set train.export_embeddings=true)
+  for m in ${METHODS:-}; do
+    run=$work/$preset-$prec-$batch-graphs-$m
+    t0=$(date +%s.%N)
+    fnvlp_cell "$run" 1 --config "$root/jobs/configs/methods/$m.yaml" "${grouped[@]}" \
+      --set train.cuda_graphs=true || { tail -20 "$run.txt"; echo "FAIL: $m"; continue; }
+    fnvlp_record "$run" graphs "$m" 1 "$t0" "$steps"
+  done
+  if [ "${SHARED:-0}" = 1 ]; then
+    for m in uniform ${METHODS:-}; do
+      for mode in eager graphs; do
+        run=$work/$preset-$prec-$batch-$mode-$m-shared2
+        extra=(--set comm.backend=mpi "${grouped[@]}")
+        [ "$mode" = eager ] || extra+=(--set train.cuda_graphs=true)
+        [ "$m" = uniform ] || extra+=(--config "$root/jobs/configs/methods/$m.yaml")
+        t0=$(date +%s.%N)
+        fnvlp_cell "$run" 2 "${extra[@]}" || { tail -20 "$run.txt"; echo "FAIL: $m shared $mode"; continue; }
+        fnvlp_record "$run" "$mode" "$m" 2 "$t0" "$steps"
+      done
+    done
+  fi
+fi
 if [ "${TWIN:-1}" = 1 ]; then
   presets=$(for c in $cells; do echo "${c%%:*}"; done | awk '!seen[$0]++' | tr '\n' ' ')
   precisions=$(for c in $cells; do c=${c#*:}; echo "${c%%:*}"; done | awk '!seen[$0]++' | tr '\n' ' ')
