@@ -7,13 +7,18 @@ bash "$root/env/build.sh"
 source "$root/env/mpi-env.sh"
 (cd "${FNVLP_BUILD_DIR:-$root/build}" && ctest --output-on-failure -j "$(nproc)" --timeout 900 "$@")
 # The GPU configuration (CUDA + NCCL against the PyTorch wheel's libtorch, env/install-gpu.sh):
-# everything built and linked here. What runs is what that configuration changes, on CPU tensors:
-# the unit tests (one process: each of ~320 processes would load the CUDA libtorch again), the
-# MPI tests of Comm, gradient sync, checkpoints and the export at 2 ranks (the rank counts are
-# the CPU leg's), and the gpu label in full (Skipped where there is no GPU).
+# the library and what this leg runs built and linked here (each of its files compiles under the
+# CUDA libtorch's headers, the slowest of the legs; the other executables' mains are the CPU
+# leg's). What runs is what that configuration changes, on CPU tensors: the unit tests (one
+# process: each of ~380 processes would load the CUDA libtorch again), the MPI tests of Comm,
+# gradient sync, checkpoints and the export at 2 ranks (the rank counts are the CPU leg's), and
+# the gpu label in full (Skipped where there is no GPU).
+gpu_targets="fnvlp_unit_tests fnvlp_mpi_tests fnvlp_nccl_tests fnvlp_golden_tests"
+gpu_targets+=" fnvlp-pretrain fnvlp-synth fnvlp-shard"
 if [ "${FNVLP_SKIP_GPU_BUILD:-0}" != 1 ]; then
   gpu_build=${FNVLP_GPU_BUILD_DIR:-$root/build-gpu}
-  FNVLP_GPU=1 FNVLP_BUILD_DIR="$gpu_build" bash "$root/env/build.sh"
+  FNVLP_GPU=1 FNVLP_BUILD_DIR="$gpu_build" FNVLP_BUILD_TARGETS="$gpu_targets" \
+    bash "$root/env/build.sh"
   (cd "$gpu_build" &&
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 HDF5_USE_FILE_LOCKING=FALSE \
       OMP_NUM_THREADS=1 timeout 900 tests/fnvlp_unit_tests --gtest_brief=1 &&
