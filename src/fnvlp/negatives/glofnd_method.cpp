@@ -193,6 +193,11 @@ void GlofndMethod::save(const std::string& dir) {
                        GlofndSide::kCols, env_.num_pairs);
 }
 
+uint64_t GlofndMethod::state_bytes() const {
+  // save_per_pair's file per side: kCols floats and a valid byte for every pair of the set.
+  return 2 * static_cast<uint64_t>(env_.num_pairs) * (GlofndSide::kCols * sizeof(float) + 1);
+}
+
 // λ state by global pair_id: the rank's current block, whatever the rank count that wrote it.
 void GlofndMethod::load(const std::string& dir, int) {
   const std::vector<int64_t> ids = block_pair_ids(env_.block());

@@ -32,6 +32,8 @@ class GlofndMethod : public Method {
   void save(const std::string& dir) override;
   bool collective_save() const override { return true; }
   void load(const std::string& dir, int world_size) override;
+  // Both sides' per-pair files over the whole training set (the free-space check's estimate).
+  uint64_t state_bytes() const override;
   void export_embeddings(data::Embeddings& e) override;
   bool wants_epoch_export(int64_t next_epoch) const override;
   void epoch_exported(int64_t next_epoch, const std::string& path) override;

@@ -15,6 +15,7 @@
 #include "fnvlp/negatives/momentum_method.hpp"
 #include "fnvlp/negatives/srcl_method.hpp"
 #include "fnvlp/negatives/tcl_method.hpp"
+#include "fnvlp/store/checkpoint.hpp"
 #include "fnvlp/train/methods.hpp"
 
 namespace fs = std::filesystem;
@@ -153,6 +154,23 @@ TEST(GlofndMethod, SavesByPairIdAndExportsTheLambdasOfItsBlock) {
   other.first = 64;
   for (int64_t p = 64; p < 128; ++p) other.pair_id.push_back(p);
   EXPECT_THROW(b.export_embeddings(other), fnvlp::Error);
+}
+
+TEST(GlofndMethod, StateBytesCoverItsCheckpointFiles) {
+  Fixture f;
+  GlofndMethod m(*f.env, 0.1, 0, GlofndOptions{});
+  // Two files of 64 pairs x (4 float columns + a valid byte): the free-space check counts them.
+  EXPECT_EQ(m.state_bytes(), 2u * 64u * (4u * 4u + 1u));
+  const std::string dir = scratch("glofnd_bytes");
+  m.save(dir);
+  std::vector<int64_t> ids(64);
+  for (int64_t p = 0; p < 64; ++p) ids[p] = p;
+  uint64_t payload = 0;
+  for (const char* name : {"glofnd_image", "glofnd_text"}) {
+    const store::PerPairRows r = store::load_per_pair(dir, name, f.comm, ids);
+    payload += r.values.size() * sizeof(float) + r.valid.size();
+  }
+  EXPECT_EQ(m.state_bytes(), payload);
 }
 
 TEST(FncMethod, RemovesTheTopAlphaNegativesOfEachAnchor) {
