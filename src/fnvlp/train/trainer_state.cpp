@@ -4,7 +4,9 @@
 #include <filesystem>
 #include <optional>
 
+#include "fnvlp/comm/job_main.hpp"
 #include "fnvlp/core/fault.hpp"
+#include "fnvlp/core/sha256.hpp"
 #include "fnvlp/store/pretrained.hpp"
 #include "fnvlp/train/embed_export.hpp"
 #include "fnvlp/train/fused_adamw.hpp"
@@ -16,6 +18,51 @@ namespace fnvlp::train {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using negatives::Method;
+
+namespace {
+
+// The training data's identity, saved with the loop state: the shards' contents by their
+// checksums (not the directory: a copy of the same shards elsewhere is the same data), the pair
+// count, which is the pair_id space, and the vocabulary.
+json data_identity(const data::Manifest& m, const std::string& dir) {
+  Sha256 h;
+  for (const auto& s : m.shards) {
+    const std::string line = s.file + " " + std::to_string(s.first_pair_id) + " " +
+                             std::to_string(s.num_pairs) + " " + s.sha256 + "\n";
+    h.update(line.data(), line.size());
+  }
+  std::error_code ec;
+  const fs::path abs = fs::absolute(dir, ec);
+  return {{"dir", ec ? dir : abs.lexically_normal().string()},
+          {"manifest_digest", h.hex()},
+          {"num_pairs", m.num_pairs},
+          {"vocab_sha256", m.vocab_sha256}};
+}
+
+// Every per-pair state (GloFND's λ, the samplers' records, the epoch's order of pair_ids) would
+// land on other pairs: refused on every rank (each reads the same files) before anything loads.
+// Checkpoints written before the identity was saved are taken as they are.
+void refuse_other_data(const std::string& checkpoint, const json& now) {
+  const json state = json::parse(read_file((fs::path(checkpoint) / "trainer.json").string()));
+  if (!state.contains("data")) return;
+  const json& then = state.at("data");
+  for (const char* key : {"manifest_digest", "num_pairs", "vocab_sha256"})
+    if (then.value(key, json()) != now.at(key))
+      throw UsageError(
+          "--resume: the checkpoint " + checkpoint + " was written on the data in " +
+          then.value("dir", std::string("?")) + " (manifest digest " +
+          then.value("manifest_digest", std::string("?")) + ", " +
+          then.value("num_pairs", json()).dump() + " pairs, vocabulary " +
+          then.value("vocab_sha256", std::string("?")) + "); --data " +
+          now.at("dir").get<std::string>() + " holds other data (manifest digest " +
+          now.at("manifest_digest").get<std::string>() + ", " + now.at("num_pairs").dump() +
+          " pairs, vocabulary " + now.at("vocab_sha256").get<std::string>() + ": " + key +
+          " differs). Its per-pair state (the methods' per-anchor state, the sampler's epoch) "
+          "would apply to other pairs: resume with the checkpoint's --data, or start a new run "
+          "in another --out");
+}
+
+}  // namespace
 
 void Trainer::finish_epoch(Watchdog& dog, MetricsWriter& metrics) {
   if (static_) flush_static_losses();  // the cached embeddings of the epoch's last steps
@@ -195,7 +242,8 @@ void Trainer::save_loop_state(const std::string& dir) {
                       {"schedule_batch_size", schedule_batch_},
                       {"skipped_steps", skips_.total()},
                       {"last_exported_epoch", last_exported_epoch_},
-                      {"last_validated_epoch", last_validated_epoch_}};
+                      {"last_validated_epoch", last_validated_epoch_},
+                      {"data", data_identity(dataset_.manifest(), opt_.data_dir)}};
   write_file((fs::path(dir) / "trainer.json").string(), state.dump(2));
 }
 
@@ -327,6 +375,7 @@ bool Trainer::maybe_resume() {
       spdlog::info("pretrain: --resume auto found no committed checkpoint: fresh start");
     return false;
   }
+  refuse_other_data(info->dir, data_identity(dataset_.manifest(), opt_.data_dir));
   components_.load(info->dir, info->world_size);
   if (resume_in_epoch_) step_in_epoch_ = loop_step_in_epoch_;
   if (comm_.is_root())
