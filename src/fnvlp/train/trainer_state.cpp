@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "fnvlp/comm/job_main.hpp"
+#include "fnvlp/core/config.hpp"
 #include "fnvlp/core/fault.hpp"
 #include "fnvlp/core/sha256.hpp"
 #include "fnvlp/store/pretrained.hpp"
@@ -60,6 +61,34 @@ void refuse_other_data(const std::string& checkpoint, const json& now) {
           " differs). Its per-pair state (the methods' per-anchor state, the sampler's epoch) "
           "would apply to other pairs: resume with the checkpoint's --data, or start a new run "
           "in another --out");
+}
+
+// The model the checkpoint holds against the one configured now: a field that shapes the
+// parameters or the computation on them (widths, depths, heads, sizes) is refused on every rank,
+// naming each, before libtorch's load would fail on a missing or mis-shaped tensor. Dropout and
+// the temperature's initial value and clamps may change.
+void refuse_other_model(const std::string& checkpoint, const model::ModelConfig& now) {
+  const YAML::Node then = config::to_yaml(store::checkpoint_model_config(checkpoint));
+  const YAML::Node want = config::to_yaml(now);
+  const auto show = [](const YAML::Node& n) {
+    std::string t = config::dump(n);
+    while (!t.empty() && t.back() == '\n') t.pop_back();
+    return t;
+  };
+  std::string diff;
+  for (const auto& kv : want) {
+    const std::string key = kv.first.as<std::string>();
+    if (key == "dropout" || key.rfind("temp", 0) == 0) continue;
+    const std::string a = then[key] ? show(then[key]) : "(absent)";
+    const std::string b = show(kv.second);
+    if (a != b) diff += (diff.empty() ? "" : ", ") + ("model." + key + " " + a + " -> " + b);
+  }
+  if (!diff.empty())
+    throw UsageError("--resume: the checkpoint " + checkpoint +
+                     " holds another model than the config asks for (checkpoint -> now: " + diff +
+                     "); resume with the run's own model settings (its config.yaml), or start a "
+                     "new run in another --out (fnvlp-finetune --init takes weights into a new "
+                     "run of the same model)");
 }
 
 }  // namespace
@@ -376,6 +405,7 @@ bool Trainer::maybe_resume() {
     return false;
   }
   refuse_other_data(info->dir, data_identity(dataset_.manifest(), opt_.data_dir));
+  refuse_other_model(info->dir, cfg_.model);
   components_.load(info->dir, info->world_size);
   if (resume_in_epoch_) step_in_epoch_ = loop_step_in_epoch_;
   if (comm_.is_root())
