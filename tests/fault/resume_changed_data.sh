@@ -2,9 +2,9 @@
 # A resume onto other data is refused (issue 63): GloFND at 2 ranks, 12 steps with a checkpoint,
 # then --resume auto with --data on another synthetic set of the same size (same pair count,
 # other captions and images). Every rank exits 2 before anything loads, one message naming the
-# checkpoint's data directory and digest and the new ones; no step runs. Likewise a resume with
-# another model (the fields that differ, checkpoint -> now), before libtorch's load fails on a
-# tensor. A copy of the same shards in another directory is the same data: that resume continues.
+# checkpoint's data directory and digest and the new ones; no step runs. A copy of the same shards
+# in another directory is the same data: that resume continues. (Changed settings:
+# resume_changed_config.sh.)
 source "$(dirname "$0")/lib.sh"
 make_data
 "${mpirun[@]}" "$bin/data_prep/fnvlp-synth" --out "$work/synth2" --images 240 \
@@ -31,14 +31,6 @@ expect_output "\-\-data $work/shards2 holds other data \(manifest digest [0-9a-f
 [ "$(grep -c 'holds other data' "$work/out.txt")" -eq 1 ] || fail "the error was reported more than once"
 ! grep -q "resumed from" "$work/out.txt" || fail "a rank resumed"
 [ "$(grep -c '"itc"' "$work/run/metrics.jsonl")" -eq "$lines" ] || fail "a step ran on the other data"
-
-echo "== resumed with another model (vision width 64, text layers 1): refused"
-expect_failure pretrain --out "$work/run" "${glofnd[@]}" --set train.max_steps=18 --resume auto \
-  --set model.vision_width=64 --set model.text_layers=1
-[ "$rc" -eq 2 ] || { tail -20 "$work/out.txt"; fail "exit $rc, expected 2"; }
-expect_output "holds another model than the config asks for \(checkpoint -> now: model.vision_width 128 -> 64, model.text_layers 2 -> 1\)"
-! grep -q "No such serialized" "$work/out.txt" || fail "libtorch's load ran"
-[ "$(grep -c '"itc"' "$work/run/metrics.jsonl")" -eq "$lines" ] || fail "a step ran with the other model"
 
 echo "== resumed on a copy of the first set elsewhere: continues"
 cp -r "$work/shards" "$work/shards_copy"

@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include "fnvlp/comm/job_main.hpp"
@@ -89,6 +90,84 @@ void refuse_other_model(const std::string& checkpoint, const model::ModelConfig&
                      "); resume with the run's own model settings (its config.yaml), or start a "
                      "new run in another --out (fnvlp-finetune --init takes weights into a new "
                      "run of the same model)");
+}
+
+// A resumed run's settings against those of the run that wrote its checkpoint (RUN/config.yaml
+// of the checkpoint's run, rewritten only once a launch is past its resume), key by key, in three
+// classes (ARCHITECTURE.md, "Elastic resume"):
+//   refused: what lays out the checkpoint's state or gives it its meaning: the method
+//     (negatives.method), the soft targets and their queue (loss.soft_targets, loss.queue_size),
+//     the sampler and its embeddings (sampler.kind, sampler.embeddings); the model's fields are
+//     refuse_other_model's;
+//   free: how the run is driven and observed: logging, checkpoints, the watchdog, threads and
+//     prefetch, the step budget (train.max_steps, train.epochs), profiling, data verification,
+//     the communication backend, fault injection;
+//   noted (one log line, old -> new): everything else (the learning rate and its schedule, the
+//     batch size, the loss weights, a method's parameters, the device and precision, ...), whose
+//     meaning from the resumed step on is the new value's.
+enum class ResumeChange { kFree, kNoted, kRefused };
+
+ResumeChange resume_change(const std::string& key) {
+  const auto starts = [&](const char* prefix) { return key.rfind(prefix, 0) == 0; };
+  for (const char* k : {"negatives.method", "loss.soft_targets", "loss.queue_size", "sampler.kind",
+                        "sampler.embeddings"})
+    if (key == k) return ResumeChange::kRefused;
+  for (const char* k : {"train.log_every", "train.max_steps", "train.epochs", "train.threads",
+                        "train.prefetch", "train.export_batch", "data.verify"})
+    if (key == k) return ResumeChange::kFree;
+  for (const char* p : {"checkpoint.", "watchdog.", "fault.", "comm.", "train.profile_"})
+    if (starts(p)) return ResumeChange::kFree;
+  if (starts("model.") && key != "model.dropout" && key.rfind("model.temp", 0) != 0)
+    return ResumeChange::kFree;  // refuse_other_model's, from the checkpoint's own model.yaml
+  return ResumeChange::kNoted;
+}
+
+void flatten(const YAML::Node& node, const std::string& prefix,
+             std::map<std::string, std::string>& out) {
+  if (node.IsMap()) {
+    for (const auto& kv : node)
+      flatten(kv.second, prefix + (prefix.empty() ? "" : ".") + kv.first.as<std::string>(), out);
+    return;
+  }
+  std::string v = config::dump(node);
+  while (!v.empty() && v.back() == '\n') v.pop_back();
+  out[prefix] = v;
+}
+
+// Refuses (exit 2 on every rank, each reads the same files) or logs (root) what changed.
+void check_resume_settings(const Comm& comm, const std::string& checkpoint,
+                           const std::string& config_yaml) {
+  const fs::path then_path =
+      fs::path(store::resolve_checkpoint_dir(checkpoint)).parent_path().parent_path() /
+      "config.yaml";
+  if (!fs::exists(then_path)) return;  // a checkpoint copied out of its run: nothing to compare
+  std::map<std::string, std::string> then, now;
+  flatten(config::load(then_path.string()), "", then);
+  flatten(YAML::Load(config_yaml), "", now);
+  std::string refused, noted;
+  for (const auto& [key, value] : now) {
+    const auto it = then.find(key);
+    const std::string old = it == then.end() ? "(absent)" : it->second;
+    if (old == value) continue;
+    const std::string change = key + " " + old + " -> " + value;
+    switch (resume_change(key)) {
+      case ResumeChange::kRefused:
+        refused += (refused.empty() ? "" : ", ") + change;
+        break;
+      case ResumeChange::kNoted:
+        noted += (noted.empty() ? "" : ", ") + change;
+        break;
+      case ResumeChange::kFree:
+        break;
+    }
+  }
+  if (!refused.empty())
+    throw UsageError("--resume: the checkpoint " + checkpoint + " was written with other " +
+                     "settings that its state depends on (" + then_path.string() +
+                     " -> now: " + refused + "); resume with the run's own values, or start a " +
+                     "new run in another --out");
+  if (!noted.empty() && comm.is_root())
+    spdlog::info("pretrain: the resume changes {} (from the resumed step on)", noted);
 }
 
 }  // namespace
@@ -406,6 +485,7 @@ bool Trainer::maybe_resume() {
   }
   refuse_other_data(info->dir, data_identity(dataset_.manifest(), opt_.data_dir));
   refuse_other_model(info->dir, cfg_.model);
+  check_resume_settings(comm_, info->dir, opt_.config_yaml);
   components_.load(info->dir, info->world_size);
   if (resume_in_epoch_) step_in_epoch_ = loop_step_in_epoch_;
   if (comm_.is_root())
