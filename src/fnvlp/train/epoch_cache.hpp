@@ -39,8 +39,10 @@ class EpochCache {
   // global pair_id, so a resume on another rank count gets its new block's rows.
   void save(const std::string& dir, const Comm& comm, int64_t num_pairs) const;
   void load(const std::string& dir, const Comm& comm);
-  uint64_t state_bytes() const {
-    return static_cast<uint64_t>(seen_.size()) * (2 * static_cast<uint64_t>(dim_) + 1) * 4;
+  // What save() writes for a set of num_pairs pairs: every pair's row (2 D + 1 floats) and its
+  // valid byte, whichever rank owns it (the free-space check's estimate).
+  uint64_t state_bytes(int64_t num_pairs) const {
+    return static_cast<uint64_t>(num_pairs) * ((2 * static_cast<uint64_t>(dim_) + 1) * 4 + 1);
   }
 
  private:

@@ -192,7 +192,7 @@ bool Trainer::resume_at_start(Watchdog& dog) {
   auto guard = dog.long_phase("resume", cfg_.watchdog.startup_timeout_s);
   uint64_t methods_bytes = 0;
   for (auto& m : methods_) methods_bytes += m->state_bytes();
-  methods_bytes += cache_.state_bytes();
+  if (cache_.enabled()) methods_bytes += cache_.state_bytes(dataset_.num_pairs());
   // Room for two checkpoints (model + AdamW's two moments) before any step is spent.
   ckpt_.check_free_space(3 * module_bytes(*model_) + optimizer_state_bytes(*optimizer_) +
                          methods_bytes);

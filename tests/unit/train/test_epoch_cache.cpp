@@ -2,10 +2,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <limits>
 #include <vector>
 
+#include "fnvlp/comm/comm.hpp"
 #include "fnvlp/core/error.hpp"
+#include "fnvlp/store/checkpoint.hpp"
 #include "fnvlp/train/epoch_cache.hpp"
 
 using fnvlp::train::EpochCache;
@@ -41,4 +44,24 @@ TEST(EpochCache, RefusesPairsOutsideTheBlockAndRowsOfAnotherWidth) {
   EXPECT_THROW(c.record(torch::tensor({10}), torch::zeros({1, 3}), torch::zeros({1, 3})),
                fnvlp::Error);
   EXPECT_EQ(c.unseen().size(), 6u);
+}
+
+TEST(EpochCache, StateBytesCoverItsCheckpointFileForTheWholeSet) {
+  // The rank's block is 6 pairs of 40: its file holds all 40 rows (the free-space check's count).
+  EpochCache c({10, 16}, 2);
+  c.record(torch::tensor({11, 12}, torch::kLong), torch::ones({2, 2}), torch::ones({2, 2}));
+  const fnvlp::Comm comm;
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "fnvlp_cache_bytes";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  c.save(dir.string(), comm, 40);
+  uint64_t payload = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::vector<int64_t> ids(40);
+    for (int64_t p = 0; p < 40; ++p) ids[p] = p;
+    const auto r = fnvlp::store::load_per_pair(dir.string(), e.path().stem().string(), comm, ids);
+    payload += r.values.size() * sizeof(float) + r.valid.size();
+  }
+  EXPECT_EQ(c.state_bytes(40), payload);
+  EXPECT_EQ(payload, 40u * (5u * 4u + 1u));
 }
