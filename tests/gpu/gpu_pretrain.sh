@@ -72,9 +72,13 @@ need_gpus() {  # need_gpus N: N GPUs on this node (NCCL: one per rank), else SKI
     exit 77
   fi
 }
+# links PATTERN: fnvlp-pretrain links a library matching PATTERN. grep reads all of ldd's output:
+# with -q it would stop at the first match, ldd would die of SIGPIPE, and pipefail would make a
+# match a miss.
+links() { ldd "$bin/jobs/fnvlp-pretrain" | grep -- "$1" >/dev/null; }
 need_gpu() {
   local why=""
-  if ! ldd "$bin/jobs/fnvlp-pretrain" | grep -q libtorch_cuda; then
+  if ! links libtorch_cuda; then
     why="this build has no CUDA (FNVLP_GPU=1 env/build.sh builds one)"
   elif ! out=$(CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-} nvidia-smi -L 2>&1) || [ -z "$out" ]; then
     why="no CUDA device on $(hostname) (nvidia-smi: ${out:-none})"
@@ -381,11 +385,11 @@ PY
 profile)
   make_data
   dev=cuda
-  ldd "$bin/jobs/fnvlp-pretrain" | grep -q libtorch_cuda && nvidia-smi -L >/dev/null 2>&1 || dev=cpu
+  links libtorch_cuda && nvidia-smi -L >/dev/null 2>&1 || dev=cpu
   # 2 ranks: only rank 0 writes. On one GPU they share it through MPI (NCCL refuses that).
   prof=(--set train.max_steps=5 --set train.device=$dev --set comm.backend=mpi
     --set train.profile_start=2 --set train.profile_steps=2)
-  if ldd "$bin/jobs/fnvlp-pretrain" | grep -q 'libtorch_cpu.so.1\.'; then  # Debian's 1.13
+  if links 'libtorch_cpu.so.1\.'; then  # Debian's 1.13
     set +e
     timeout 300 "${mpirun1[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/a" \
       "${prof[@]}" >"$work/a.txt" 2>&1
