@@ -5,7 +5,17 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$root/env/install-debian.sh"
 bash "$root/env/build.sh"
 source "$root/env/mpi-env.sh"
-(cd "${FNVLP_BUILD_DIR:-$root/build}" && ctest --output-on-failure -j "$(nproc)" --timeout 900 "$@")
+# Without arguments, the unit tests (label gtest) in one process first, then every other test
+# through ctest; arguments go to ctest alone (e.g. -R NAME, -L unit: one process per test).
+if [ "$#" -eq 0 ]; then
+  (cd "${FNVLP_BUILD_DIR:-$root/build}" &&
+    env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+      OMPI_MCA_rmaps_base_oversubscribe=1 HDF5_USE_FILE_LOCKING=FALSE OMP_NUM_THREADS=1 \
+      timeout 900 tests/fnvlp_unit_tests --gtest_brief=1 &&
+    ctest --output-on-failure -j "$(nproc)" --timeout 900 -LE '^gtest$')
+else
+  (cd "${FNVLP_BUILD_DIR:-$root/build}" && ctest --output-on-failure -j "$(nproc)" --timeout 900 "$@")
+fi
 # The GPU configuration (CUDA + NCCL against the PyTorch wheel's libtorch, env/install-gpu.sh):
 # the library and what this leg runs built and linked here (each of its files compiles under the
 # CUDA libtorch's headers, the slowest of the legs; the other executables' mains are the CPU
