@@ -147,9 +147,9 @@ void check_resume_settings(const Comm& comm, const std::string& checkpoint,
   std::string refused, noted;
   for (const auto& [key, value] : now) {
     const auto it = then.find(key);
-    const std::string old = it == then.end() ? "(absent)" : it->second;
-    if (old == value) continue;
-    const std::string change = key + " " + old + " -> " + value;
+    // A key the writing version did not have (or had under another name) is not compared.
+    if (it == then.end() || it->second == value) continue;
+    const std::string change = key + " " + it->second + " -> " + value;
     switch (resume_change(key)) {
       case ResumeChange::kRefused:
         refused += (refused.empty() ? "" : ", ") + change;
