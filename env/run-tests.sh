@@ -5,13 +5,14 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$root/env/install-debian.sh"
 bash "$root/env/build.sh"
 source "$root/env/mpi-env.sh"
-# Without arguments, the unit tests (label gtest) in one process first, then every other test
-# through ctest; arguments go to ctest alone (e.g. -R NAME, -L unit: one process per test).
+# Without arguments, the unit tests (label gtest) in one process first, in ctest's environment for
+# them (tests/CMakeLists.txt), then every other test through ctest; arguments go to ctest alone
+# (e.g. -R NAME, -L unit: one process per test).
+unit_tests=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  OMPI_MCA_rmaps_base_oversubscribe=1 HDF5_USE_FILE_LOCKING=FALSE OMP_NUM_THREADS=1
+  timeout 900 tests/fnvlp_unit_tests --gtest_brief=1)
 if [ "$#" -eq 0 ]; then
-  (cd "${FNVLP_BUILD_DIR:-$root/build}" &&
-    env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-      OMPI_MCA_rmaps_base_oversubscribe=1 HDF5_USE_FILE_LOCKING=FALSE OMP_NUM_THREADS=1 \
-      timeout 900 tests/fnvlp_unit_tests --gtest_brief=1 &&
+  (cd "${FNVLP_BUILD_DIR:-$root/build}" && "${unit_tests[@]}" &&
     ctest --output-on-failure -j "$(nproc)" --timeout 900 -LE '^gtest$')
 else
   (cd "${FNVLP_BUILD_DIR:-$root/build}" && ctest --output-on-failure -j "$(nproc)" --timeout 900 "$@")
@@ -29,9 +30,7 @@ if [ "${FNVLP_SKIP_GPU_BUILD:-0}" != 1 ]; then
   gpu_build=${FNVLP_GPU_BUILD_DIR:-$root/build-gpu}
   FNVLP_GPU=1 FNVLP_BUILD_DIR="$gpu_build" FNVLP_BUILD_TARGETS="$gpu_targets" \
     bash "$root/env/build.sh"
-  (cd "$gpu_build" &&
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 HDF5_USE_FILE_LOCKING=FALSE \
-      OMP_NUM_THREADS=1 timeout 900 tests/fnvlp_unit_tests --gtest_brief=1 &&
+  (cd "$gpu_build" && "${unit_tests[@]}" &&
     ctest --output-on-failure -j "$(nproc)" --timeout 900 -L gpu &&
     ctest --output-on-failure --timeout 900 -R '^comm\.np2$')
 fi
