@@ -33,6 +33,10 @@ class FalconMethod : public GroupedMethod {
   void telemetry(nlohmann::json& m) override;
   void save(const std::string& dir) override;
   void load(const std::string& dir, int world_size) override;
+  // The policy, its optimizer and the reward baseline hold nothing per pair.
+  void load_on_changed_data(const std::string& dir, int world_size) override {
+    load(dir, world_size);
+  }
   FalconScheduler& scheduler() { return *falcon_; }
 
  private:

@@ -32,6 +32,9 @@ class GlofndMethod : public Method {
   void save(const std::string& dir) override;
   bool collective_save() const override { return true; }
   void load(const std::string& dir, int world_size) override;
+  std::string per_pair_state() const override {
+    return "GloFND's per-pair thresholds and their optimizer state";
+  }
   // Both sides' per-pair files over the whole training set (the free-space check's estimate).
   uint64_t state_bytes() const override;
   void export_embeddings(data::Embeddings& e) override;

@@ -191,6 +191,11 @@ class Method {
   // save() calls a collective helper (save_per_pair): it then runs before every local write.
   virtual bool collective_save() const { return false; }
   virtual void load(const std::string& dir, int world_size) {}
+  // A resume on other data (fnvlp-pretrain --resume-data changed): only the state that is not
+  // per pair (a learned policy, a momentum encoder); the per-pair state stays as constructed.
+  virtual void load_on_changed_data(const std::string& dir, int world_size) {}
+  // What such a resume starts afresh, in words ("" when nothing), for its log line and summary.
+  virtual std::string per_pair_state() const { return ""; }
   // Checkpoint bytes this method adds (for the free-space check before the first step).
   virtual uint64_t state_bytes() const { return 0; }
 

@@ -126,6 +126,14 @@ void MomentumMethod::load(const std::string& dir, int) {
   queue_->check(queue_size_, env_.model_config.embed_dim);
 }
 
+void MomentumMethod::load_on_changed_data(const std::string& dir, int) {
+  FNVLP_CHECK(fs::exists(fs::path(dir) / "momentum_model.pt"),
+              dir << ": no momentum encoder (momentum_model.pt): the checkpoint was written "
+                     "without loss.soft_targets=momentum");
+  store::load_module(dir, "momentum_model", *model_m_);
+  model_m_->to(env_.device);
+}
+
 uint64_t MomentumMethod::state_bytes() const {
   return store::module_bytes(*model_m_) + store::module_bytes(*queue_);
 }

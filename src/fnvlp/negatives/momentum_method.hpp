@@ -24,6 +24,9 @@ class MomentumMethod : public Method {
   void after_device_step(const StepPosition&) override { queue_->forget_host_state(); }
   void save(const std::string& dir) override;
   void load(const std::string& dir, int world_size) override;
+  // The momentum encoder; its queue holds the old data's pair and image ids.
+  void load_on_changed_data(const std::string& dir, int world_size) override;
+  std::string per_pair_state() const override { return "the momentum queue"; }
   uint64_t state_bytes() const override;
 
  private:

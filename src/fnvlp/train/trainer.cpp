@@ -352,6 +352,7 @@ int Trainer::run(Watchdog& dog) {
   metrics.close();
   RunSummary s = telemetry_.summary(status, step_, skips_.total());
   s.extra["epochs_completed"] = epoch_;
+  if (!data_change_.is_null()) s.extra["resumed_on_changed_data"] = data_change_;
   s.extra["data_wait_seconds_rank0"] = loader.wait_seconds();
   if (graphs_ && graphs_->enabled()) {  // this process's steps: a resumed run counts anew
     s.extra["cuda_graphs"] = {{"captured", graphs_->graphs()},

@@ -18,6 +18,10 @@ struct PretrainOptions {
   std::string data_dir;     // sharded dataset (fnvlp-shard output)
   std::string run_dir;      // RUN/
   std::string resume;       // "" (fresh), "auto" (newest committed checkpoint, if any), or a dir
+  // The checkpoint's data and --data differ (other shards, pair count or vocabulary): refused
+  // (exit 2) unless true, when the model, optimizer, step counts and the methods' state that is
+  // not per pair are kept, every per-pair state starts afresh and a new epoch begins.
+  bool resume_on_changed_data = false;
   std::string config_yaml;  // the resolved config, written to RUN/config.yaml
   std::string val_dir;      // optional held-out shards: zero-shot ITC retrieval at every export
   // Fine-tuning: model weights from this committed checkpoint (not its optimizer or step) before

@@ -190,6 +190,7 @@ class Trainer {
 
   // A resumed grouped epoch E uses the embeddings exported at the end of epoch E - 1.
   void restore_epoch_embeddings();
+  void start_on_changed_data();
 
   void call_epoch_hook(Watchdog& dog, MetricsWriter& metrics);
 
@@ -275,6 +276,9 @@ class Trainer {
   int64_t schedule_steps_ = 0;  // planned_steps(schedule_ranks_, schedule_batch_)
   int resplit_from_ = 0;  // the checkpoint's rank count when its epoch must be re-split (0: no)
   std::vector<nlohmann::json> old_grouped_states_;  // every old rank's cursor, for resplit()
+  // Set by a resume with --resume-data changed: the checkpoint, both data identities, the step,
+  // the new epoch and what started afresh (summary.json's resumed_on_changed_data).
+  nlohmann::json data_change_;
   int64_t step_ = 0;
   int64_t epoch_ = 0;
   int64_t step_in_epoch_ = 0;

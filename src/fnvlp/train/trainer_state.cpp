@@ -41,27 +41,36 @@ json data_identity(const data::Manifest& m, const std::string& dir) {
           {"vocab_sha256", m.vocab_sha256}};
 }
 
+// The checkpoint's data identity when --data holds other data ("differs" names the first field
+// that differs), else null. Checkpoints written before the identity was saved count as the same.
+json other_data(const std::string& checkpoint, const json& now) {
+  const json state = json::parse(read_file((fs::path(checkpoint) / "trainer.json").string()));
+  if (!state.contains("data")) return nullptr;
+  json then = state.at("data");
+  for (const char* key : {"manifest_digest", "num_pairs", "vocab_sha256"})
+    if (then.value(key, json()) != now.at(key)) {
+      then["differs"] = key;
+      return then;
+    }
+  return nullptr;
+}
+
+std::string describe_data(const json& d) {
+  return d.value("dir", std::string("?")) + " (manifest digest " +
+         d.value("manifest_digest", std::string("?")) + ", " + d.value("num_pairs", json()).dump() +
+         " pairs, vocabulary " + d.value("vocab_sha256", std::string("?")) + ")";
+}
+
 // Every per-pair state (GloFND's λ, the samplers' records, the epoch's order of pair_ids) would
 // land on other pairs: refused on every rank (each reads the same files) before anything loads.
-// Checkpoints written before the identity was saved are taken as they are.
-void refuse_other_data(const std::string& checkpoint, const json& now) {
-  const json state = json::parse(read_file((fs::path(checkpoint) / "trainer.json").string()));
-  if (!state.contains("data")) return;
-  const json& then = state.at("data");
-  for (const char* key : {"manifest_digest", "num_pairs", "vocab_sha256"})
-    if (then.value(key, json()) != now.at(key))
-      throw UsageError(
-          "--resume: the checkpoint " + checkpoint + " was written on the data in " +
-          then.value("dir", std::string("?")) + " (manifest digest " +
-          then.value("manifest_digest", std::string("?")) + ", " +
-          then.value("num_pairs", json()).dump() + " pairs, vocabulary " +
-          then.value("vocab_sha256", std::string("?")) + "); --data " +
-          now.at("dir").get<std::string>() + " holds other data (manifest digest " +
-          now.at("manifest_digest").get<std::string>() + ", " + now.at("num_pairs").dump() +
-          " pairs, vocabulary " + now.at("vocab_sha256").get<std::string>() + ": " + key +
-          " differs). Its per-pair state (the methods' per-anchor state, the sampler's epoch) "
-          "would apply to other pairs: resume with the checkpoint's --data, or start a new run "
-          "in another --out");
+void refuse_other_data(const std::string& checkpoint, const json& then, const json& now) {
+  throw UsageError("--resume: the checkpoint " + checkpoint + " was written on the data in " +
+                   describe_data(then) + "; --data holds other data: " + describe_data(now) +
+                   ", " + then.at("differs").get<std::string>() +
+                   " differs. Its per-pair state (the methods' per-anchor state, the sampler's "
+                   "epoch) would apply to other pairs: resume with the checkpoint's --data, "
+                   "start a new run in another --out, or keep the model, optimizer and step "
+                   "and start every per-pair state afresh with --resume-data changed");
 }
 
 // The model the checkpoint holds against the one configured now: a field that shapes the
@@ -229,8 +238,48 @@ data::Embeddings Trainer::cached_snapshot() {
 }
 
 // A resumed grouped epoch E uses the embeddings exported (or cached) at the end of epoch E - 1.
+// --resume-data changed: the model, optimizer and counters are the checkpoint's; the per-pair
+// state its components skipped (the sampler's epoch, the epoch cache, what each method's
+// load_on_changed_data leaves) is as constructed for the new data, which starts a new epoch (the
+// next one when the checkpoint was inside an epoch).
+void Trainer::start_on_changed_data() {
+  std::vector<std::string> reset = {"the sampler's epoch"};
+  if (cache_.enabled()) reset.push_back("the epoch cache of embeddings");
+  for (const auto& m : methods_)
+    if (!m->per_pair_state().empty()) reset.push_back(m->per_pair_state());
+  if (loop_step_in_epoch_ > 0) ++epoch_;
+  step_in_epoch_ = 0;
+  resume_in_epoch_ = false;
+  resplit_from_ = 0;
+  sampler_state_ = nullptr;
+  old_grouped_states_.clear();
+  data_change_["step"] = step_;
+  data_change_["epoch"] = epoch_;
+  data_change_["reset"] = reset;
+  if (!comm_.is_root()) return;
+  std::string what;
+  for (const auto& r : reset) what += (what.empty() ? "" : ", ") + r;
+  spdlog::warn(
+      "pretrain: --resume-data changed: the checkpoint {} was written on {}; --data holds {} "
+      "({} differs). Kept: the model, the optimizer and step {}; started afresh: {}; epoch {} "
+      "begins on the new data",
+      data_change_.at("checkpoint").get<std::string>(), describe_data(data_change_.at("from")),
+      describe_data(data_change_.at("to")), data_change_["from"].at("differs").get<std::string>(),
+      step_, what, epoch_);
+}
+
 void Trainer::restore_epoch_embeddings() {
   if (!wants_epoch_embeddings()) return;
+  if (!data_change_.is_null()) {
+    // The last epoch's embeddings are the old data's: the new data's at the current weights.
+    const data::Embeddings e = embed_training_set();
+    const auto [img, txt] = embedding_tensors(e);
+    for (auto& m : methods_) m->set_epoch_embeddings(epoch_, img, txt);
+    if (comm_.is_root())
+      spdlog::info("pretrain: epoch {} samples by the new data's embeddings at step {}", epoch_,
+                   step_);
+    return;
+  }
   const std::string path =
       cache_.enabled() ? run_.cached_embeddings_path(epoch_ - 1) : run_.embeddings_path(epoch_ - 1);
   FNVLP_CHECK(fs::exists(path), path << ": missing; the grouped sampler of epoch " << epoch_
@@ -308,19 +357,29 @@ void Trainer::register_components() {
   for (auto& m : methods_) {
     Method* mp = m.get();
     components_.add({mp->name(), [mp](const std::string& d) { mp->save(d); },
-                     [mp](const std::string& d, int ws) { mp->load(d, ws); },
+                     [this, mp](const std::string& d, int ws) {
+                       if (data_change_.is_null())
+                         mp->load(d, ws);
+                       else
+                         mp->load_on_changed_data(d, ws);
+                     },
                      mp->collective_save()});
   }
   if (cache_.enabled())
     components_.add({"epoch_cache",
                      [this](const std::string& d) { cache_.save(d, comm_, dataset_.num_pairs()); },
-                     [this](const std::string& d, int) { cache_.load(d, comm_); }, true});
+                     [this](const std::string& d, int) {
+                       if (data_change_.is_null()) cache_.load(d, comm_);
+                     },
+                     true});
   components_.add({"sampler",
                    [this](const std::string& d) {
                      write_file((fs::path(d) / rank_file("sampler", comm_.rank())).string(),
                                 sampler_state_.dump());
                    },
-                   [this](const std::string& d, int ws) { load_sampler_state(d, ws); }});
+                   [this](const std::string& d, int ws) {
+                     if (data_change_.is_null()) load_sampler_state(d, ws);
+                   }});
   components_.add({"model", root_only([this](const std::string& d) {
                      save_module(d, "model", *model_);
                      write_model_config(d, cfg_.model);  // fnvlp-eval / --init read it
@@ -483,11 +542,15 @@ bool Trainer::maybe_resume() {
       spdlog::info("pretrain: --resume auto found no committed checkpoint: fresh start");
     return false;
   }
-  refuse_other_data(info->dir, data_identity(dataset_.manifest(), opt_.data_dir));
+  const json now = data_identity(dataset_.manifest(), opt_.data_dir);
+  const json then = other_data(info->dir, now);
+  if (!then.is_null() && !opt_.resume_on_changed_data) refuse_other_data(info->dir, then, now);
   refuse_other_model(info->dir, cfg_.model);
   check_resume_settings(comm_, info->dir, opt_.config_yaml);
+  if (!then.is_null()) data_change_ = {{"checkpoint", info->dir}, {"from", then}, {"to", now}};
   components_.load(info->dir, info->world_size);
   if (resume_in_epoch_) step_in_epoch_ = loop_step_in_epoch_;
+  if (!data_change_.is_null()) start_on_changed_data();
   if (comm_.is_root())
     spdlog::info("pretrain: resumed from {} (step {}, epoch {}, written by {} ranks)", info->dir,
                  step_, epoch_, info->world_size);
