@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
         std::vector<std::string> config_paths;
         fnvlp::finetune::FinetuneOptions opt;
         std::vector<std::string> overrides;
+        std::string resume_data;
         cxxopts::Options cli("fnvlp-finetune", "retrieval fine-tuning (run under srun/mpirun)");
         // clang-format off
     cli.add_options()
@@ -29,10 +30,16 @@ int main(int argc, char** argv) {
       ("set", "override a config key: --set eval.k_test=32 (repeatable)",
        cxxopts::value(overrides))
       ("resume", "auto (newest committed checkpoint) or a checkpoint directory",
-       cxxopts::value(opt.resume));
+       cxxopts::value(opt.resume))
+      ("resume-data", "same (default: a checkpoint written on other data is refused) or changed "
+       "(keep the model, optimizer and step; reset every per-pair state; start a new epoch)",
+       cxxopts::value(resume_data)->default_value("same"));
         // clang-format on
         const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm, {"data", "out"});
         if (!parsed) return 0;
+        if (resume_data != "same" && resume_data != "changed")
+          throw fnvlp::UsageError("--resume-data: '" + resume_data + "' (same or changed)");
+        opt.resume_on_changed_data = resume_data == "changed";
         const auto cfg =
             fnvlp::load_job_config<fnvlp::finetune::FinetuneConfig>(comm, config_paths, overrides);
         // One job writes a run directory: another live owner is a usage error (exit 2).

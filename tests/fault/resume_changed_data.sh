@@ -71,6 +71,27 @@ for side in ("image", "text"):
     assert before == 18 * 32 and after == 6 * 32, (side, before, after)
 PY
 
+echo "== the checkpoint's weights on data tokenised with another vocabulary: refused"
+# The same words, two of them swapped: the same size, other token ids.
+/usr/bin/python3 - "$vocab" "$work/vocab2.txt" <<'PY'
+import sys
+words = open(sys.argv[1]).read().split("\n")
+i, j = words.index("cat"), words.index("dog")
+words[i], words[j] = words[j], words[i]
+open(sys.argv[2], "w").write("\n".join(words))
+PY
+"${mpirun[@]}" "$bin/data_prep/fnvlp-shard" --input "$work/synth/captions.json" \
+  --image-root "$work/synth" --split-file "$work/synth/splits.json" --split val \
+  --vocab "$work/vocab2.txt" --out "$work/val_vocab2" --image-size 64 --shard-size 300 >/dev/null
+expect_failure "${mpirun[@]}" "$bin/jobs/fnvlp-eval" --checkpoint "$work/run/checkpoints/latest" \
+  --data "$work/val_vocab2" --out "$work/eval.json" --k-test 4
+[ "$rc" -eq 2 ] || { tail -20 "$work/out.txt"; fail "fnvlp-eval: exit $rc, expected 2"; }
+expect_output "trained on token ids of vocabulary [0-9a-f]{64}; $work/val_vocab2 is tokenised with vocabulary [0-9a-f]{64}"
+expect_failure "${mpirun[@]}" "$bin/jobs/fnvlp-finetune" --config "$src/jobs/configs/retrieval_tiny.yaml" \
+  --init "$work/run/checkpoints/latest" --data "$work/val_vocab2" --out "$work/ft"
+[ "$rc" -eq 2 ] || { tail -20 "$work/out.txt"; fail "fnvlp-finetune --init: exit $rc, expected 2"; }
+expect_output "is tokenised with vocabulary"
+
 echo "== GRIT q=1 in its grouped epoch 1, resumed on the second set with --resume-data changed"
 # Epoch 2 is grouped by the second set's embeddings at the checkpoint's weights (the epoch cache
 # holds the first set's).

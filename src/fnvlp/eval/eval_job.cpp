@@ -96,6 +96,7 @@ json run_evaluation(const Comm& comm, const EvalOptions& opt) {
   model::Albef model(mc);
   store::load_pretrained_weights(comm, opt.checkpoint, *model);
   const auto ds = open_dataset(comm, opt.data_dir, opt.verify_checksums);
+  store::refuse_other_vocabulary(opt.checkpoint, ds->manifest().vocab_sha256, opt.data_dir);
   ImageFeatures feats;
   const RetrievalEvalResult r = evaluate_retrieval(
       comm, *model, *ds, opt.retrieval, !opt.ranks_out.empty(), opt.probe ? &feats : nullptr);

@@ -21,6 +21,7 @@ int run_finetuning(const Comm& comm, FinetuneConfig cfg, const FinetuneOptions& 
   base.data_dir = opt.data_dir;
   base.run_dir = opt.run_dir;
   base.resume = opt.resume;
+  base.resume_on_changed_data = opt.resume_on_changed_data;
   if (!opt.init.empty()) {
     // The pretrained architecture is what gets fine-tuned: the config's model section yields.
     cfg.model = store::open_pretrained(comm, opt.init);

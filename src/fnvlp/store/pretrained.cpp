@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "fnvlp/comm/job_main.hpp"
 #include "fnvlp/core/config.hpp"
 #include "fnvlp/store/checkpoint.hpp"
 #include "fnvlp/store/run_dir.hpp"
@@ -56,6 +57,19 @@ model::ModelConfig open_pretrained(const Comm& comm, const std::string& dir) {
   model::ModelConfig mc;
   config::from_yaml(YAML::Load(yaml), mc);
   return mc;
+}
+
+void refuse_other_vocabulary(const std::string& checkpoint, const std::string& vocab_sha256,
+                             const std::string& data_dir) {
+  const fs::path state = fs::path(resolve_checkpoint_dir(checkpoint)) / "trainer.json";
+  if (vocab_sha256.empty() || !fs::exists(state)) return;
+  const auto j = nlohmann::json::parse(read_file(state.string()), nullptr, false);
+  const std::string then =
+      j.is_object() && j.contains("data") ? j["data"].value("vocab_sha256", std::string()) : "";
+  if (then.empty() || then == vocab_sha256) return;
+  throw UsageError("checkpoint " + checkpoint + " was trained on token ids of vocabulary " + then +
+                   "; " + data_dir + " is tokenised with vocabulary " + vocab_sha256 +
+                   " (its manifest.json): shard the data with the checkpoint's vocabulary");
 }
 
 void load_pretrained_weights(const Comm& comm, const std::string& dir, torch::nn::Module& model) {

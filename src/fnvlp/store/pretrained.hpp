@@ -29,6 +29,13 @@ model::ModelConfig checkpoint_model_config(const std::string& dir);
 // and reads its model config, which every rank receives. Throws CollectiveError on every rank.
 model::ModelConfig open_pretrained(const Comm& comm, const std::string& dir);
 
+// Local, on every rank (each reads the same files): the checkpoint's token ids are those of the
+// vocabulary its run trained on (trainer.json's data.vocab_sha256); data tokenised with another
+// would run, on other words. Throws UsageError (exit 2) naming both digests and `data_dir`.
+// Checkpoints and shards that predate the record are taken as they are.
+void refuse_other_vocabulary(const std::string& checkpoint, const std::string& vocab_sha256,
+                             const std::string& data_dir);
+
 // Collective: every rank loads DIR/model.pt into `model` (built from open_pretrained's config).
 void load_pretrained_weights(const Comm& comm, const std::string& dir, torch::nn::Module& model);
 

@@ -138,7 +138,11 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
                  nccl_ ? "nccl" : (device_.device.is_cuda() ? "mpi (host copies)" : "mpi"));
   // Initialised on the host (the same draws as a CPU run), then moved.
   model_ = model::Albef(cfg_.model);
-  if (!opt.init_checkpoint.empty()) load_pretrained_weights(comm_, opt.init_checkpoint, *model_);
+  if (!opt.init_checkpoint.empty()) {
+    store::refuse_other_vocabulary(opt.init_checkpoint, dataset_.manifest().vocab_sha256,
+                                   opt.data_dir);
+    load_pretrained_weights(comm_, opt.init_checkpoint, *model_);
+  }
   broadcast_module(comm_, *model_);
   model_->to(device_.device);
   params_ = model_->parameters();
