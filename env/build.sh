@@ -28,7 +28,8 @@ if [ "${FNVLP_GPU:-0}" = 1 ]; then
 else
   build=${FNVLP_BUILD_DIR:-$root/build$suffix}
 fi
-jobs=${FNVLP_JOBS:-$(nproc)}
+# nproc would honour OMP_NUM_THREADS (env/mpi-env.sh sets it to 1): every CPU.
+jobs=${FNVLP_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}
 # ccache hashes the paths under the source root relative to it, so a clone at another path on the
 # same machine (CI's fresh clone) reuses the compilations of this one instead of starting cold.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"

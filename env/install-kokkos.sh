@@ -67,7 +67,9 @@ if [ ! -f "$config/KokkosConfig.cmake" ] || [ ! -f "$prefix/.fnvlp-complete" ]; 
     -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_CXX_STANDARD=17 -DKokkos_ENABLE_SERIAL=ON \
     "${args[@]}" > "$work/configure.log" 2>&1 ||
     { tail -n 30 "$work/configure.log" >&2; exit 1; }
-  cmake --build "$work/build" -j "${FNVLP_JOBS:-$(nproc)}" > "$work/build.log" 2>&1 ||
+  # nproc would honour OMP_NUM_THREADS (env/mpi-env.sh sets it to 1): every CPU.
+  jobs=${FNVLP_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}
+  cmake --build "$work/build" -j "$jobs" > "$work/build.log" 2>&1 ||
     { grep -m 20 -E "error|Error" "$work/build.log" >&2; exit 1; }
   cmake --install "$work/build" > /dev/null
   touch "$prefix/.fnvlp-complete"

@@ -2,6 +2,10 @@
 # README command 2: install the Debian packages, build, and run the whole test suite.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The CPUs for builds and ctest, counted before mpi-env.sh sets OMP_NUM_THREADS=1 (which nproc
+# honours: every build and ctest below would run one job at a time).
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+export FNVLP_JOBS=${FNVLP_JOBS:-$cores}
 bash "$root/env/install-debian.sh"
 bash "$root/env/build.sh"
 source "$root/env/mpi-env.sh"
@@ -13,9 +17,9 @@ unit_tests=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   timeout 900 tests/fnvlp_unit_tests --gtest_brief=1)
 if [ "$#" -eq 0 ]; then
   (cd "${FNVLP_BUILD_DIR:-$root/build}" && "${unit_tests[@]}" &&
-    ctest --output-on-failure -j "$(nproc)" --timeout 900 -LE '^gtest$')
+    ctest --output-on-failure -j "$FNVLP_JOBS" --timeout 900 -LE '^gtest$')
 else
-  (cd "${FNVLP_BUILD_DIR:-$root/build}" && ctest --output-on-failure -j "$(nproc)" --timeout 900 "$@")
+  (cd "${FNVLP_BUILD_DIR:-$root/build}" && ctest --output-on-failure -j "$FNVLP_JOBS" --timeout 900 "$@")
 fi
 # The GPU configuration (CUDA + NCCL against the PyTorch wheel's libtorch, env/install-gpu.sh):
 # the library and what this leg runs built and linked here (each of its files compiles under the
@@ -31,7 +35,7 @@ if [ "${FNVLP_SKIP_GPU_BUILD:-0}" != 1 ]; then
   FNVLP_GPU=1 FNVLP_BUILD_DIR="$gpu_build" FNVLP_BUILD_TARGETS="$gpu_targets" \
     bash "$root/env/build.sh"
   (cd "$gpu_build" && "${unit_tests[@]}" &&
-    ctest --output-on-failure -j "$(nproc)" --timeout 900 -L gpu &&
+    ctest --output-on-failure -j "$FNVLP_JOBS" --timeout 900 -L gpu &&
     ctest --output-on-failure --timeout 900 -R '^comm\.np2$')
 fi
 # simstat against a Kokkos with another backend (env/install-kokkos.sh; label kokkos): OpenMP, its
@@ -66,5 +70,5 @@ fi
 if [ "${FNVLP_SKIP_FUZZ:-0}" != 1 ]; then
   bash "$root/env/build-fuzz.sh"
   cd "${FNVLP_FUZZ_BUILD_DIR:-$root/build-fuzz}"
-  ctest --output-on-failure -j "$(nproc)" -L fuzz
+  ctest --output-on-failure -j "$FNVLP_JOBS" -L fuzz
 fi

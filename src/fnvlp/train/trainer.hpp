@@ -15,9 +15,9 @@ class AlbefImpl;
 namespace fnvlp::train {
 
 struct PretrainOptions {
-  std::string data_dir;     // sharded dataset (fnvlp-shard output)
-  std::string run_dir;      // RUN/
-  std::string resume;       // "" (fresh), "auto" (newest committed checkpoint, if any), or a dir
+  std::string data_dir;  // sharded dataset (fnvlp-shard output)
+  std::string run_dir;   // RUN/
+  std::string resume;    // "" (fresh), "auto" (newest committed checkpoint, if any), or a dir
   // The checkpoint's data and --data differ (other shards, pair count or vocabulary): refused
   // (exit 2) unless true, when the model, optimizer, step counts and the methods' state that is
   // not per pair are kept, every per-pair state starts afresh and a new epoch begins.

@@ -65,8 +65,8 @@ std::string describe_data(const json& d) {
 // land on other pairs: refused on every rank (each reads the same files) before anything loads.
 void refuse_other_data(const std::string& checkpoint, const json& then, const json& now) {
   throw UsageError("--resume: the checkpoint " + checkpoint + " was written on the data in " +
-                   describe_data(then) + "; --data holds other data: " + describe_data(now) +
-                   ", " + then.at("differs").get<std::string>() +
+                   describe_data(then) + "; --data holds other data: " + describe_data(now) + ", " +
+                   then.at("differs").get<std::string>() +
                    " differs. Its per-pair state (the methods' per-anchor state, the sampler's "
                    "epoch) would apply to other pairs: resume with the checkpoint's --data, "
                    "start a new run in another --out, or keep the model, optimizer and step "
