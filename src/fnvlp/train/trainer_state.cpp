@@ -237,7 +237,6 @@ data::Embeddings Trainer::cached_snapshot() {
   return snap;
 }
 
-// A resumed grouped epoch E uses the embeddings exported (or cached) at the end of epoch E - 1.
 // --resume-data changed: the model, optimizer and counters are the checkpoint's; the per-pair
 // state its components skipped (the sampler's epoch, the epoch cache, what each method's
 // load_on_changed_data leaves) is as constructed for the new data, which starts a new epoch (the
@@ -268,6 +267,7 @@ void Trainer::start_on_changed_data() {
       step_, what, epoch_);
 }
 
+// A resumed grouped epoch E uses the embeddings exported (or cached) at the end of epoch E - 1.
 void Trainer::restore_epoch_embeddings() {
   if (!wants_epoch_embeddings()) return;
   if (!data_change_.is_null()) {
