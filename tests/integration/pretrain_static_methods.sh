@@ -2,7 +2,8 @@
 # Every training method in the static step (train.static_step: what train.cuda_graphs captures)
 # at NP ranks (the first argument after the usual three), tiny preset, four arms that cover the
 # methods between them, 40 steps (2.5 epochs: two grouped ones) at 2 ranks and 24 (into the
-# first grouped epoch) at 1 and 4:
+# first grouped epoch) at 1 and 4 (at 4 ranks, oversubscribed on CI's 2 cores, the two arms with
+# state of their own):
 #   falcon_glofnd   FALCON's sampler with GloFND's thresholds (the 4M job's default)
 #   fnc_tcl         FNC's filter, TCL's losses
 #   momentum_grit   ALBEF momentum distillation (queue that wraps) on GRIT's hardening schedule
@@ -54,6 +55,7 @@ declare -A arms=(
 order=(falcon_glofnd fnc_tcl momentum_grit srcl)
 # SRCL's helper weighs the gathered batch as at 2 ranks: its arm runs there only.
 [ "$np" -eq 2 ] || order=(falcon_glofnd fnc_tcl momentum_grit)
+[ "$np" -ne 4 ] || order=(falcon_glofnd momentum_grit)
 run() {  # run NAME ARGS...
   local name=$1
   shift
