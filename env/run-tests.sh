@@ -42,9 +42,8 @@ fi
 # kernels on 2 threads per rank; with the GPU configuration, CUDA: the Kokkos sources compiled by
 # nvcc (the device path checked by the compiler), their tests Skipped without a GPU, the named
 # failure without one checked, and sm_80 and sm_90 code in the Kokkos library and fnvlp-simstat
-# (kokkos.cuda_arch: Kokkos aborts on Hopper without sm_90 code). Past the legs above (ccache),
-# about 1 and 4-8 minutes here: the CUDA one compiles its nvcc sources and those under its own
-# precompiled torch header again.
+# (kokkos.cuda_arch: Kokkos aborts on Hopper without sm_90 code). Past the legs above: 2.5
+# minutes and, with nothing in ccache, 2.5 (the CUDA Kokkos install, once) + 14 minutes.
 kokkos_rc=0
 # What label kokkos runs: not the whole build again (the executables, the other test programs).
 kokkos_targets="fnvlp_unit_tests fnvlp_simstat_mpi_tests fnvlp-simstat"
