@@ -10,6 +10,8 @@
 #include "fnvlp/finetune/finetune.hpp"
 #include "fnvlp/store/run_lock.hpp"
 
+#include "resume_data_option.hpp"
+
 int main(int argc, char** argv) {
   return fnvlp::job_main(
       argc, argv, "fnvlp-finetune", [](fnvlp::Comm& comm, int argc, char** argv) {
@@ -30,16 +32,12 @@ int main(int argc, char** argv) {
       ("set", "override a config key: --set eval.k_test=32 (repeatable)",
        cxxopts::value(overrides))
       ("resume", "auto (newest committed checkpoint) or a checkpoint directory",
-       cxxopts::value(opt.resume))
-      ("resume-data", "same (default: a checkpoint written on other data is refused) or changed "
-       "(keep the model, optimizer and step; reset every per-pair state; start a new epoch)",
-       cxxopts::value(resume_data)->default_value("same"));
+       cxxopts::value(opt.resume));
         // clang-format on
+        fnvlp::add_resume_data_option(cli, resume_data);
         const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm, {"data", "out"});
         if (!parsed) return 0;
-        if (resume_data != "same" && resume_data != "changed")
-          throw fnvlp::UsageError("--resume-data: '" + resume_data + "' (same or changed)");
-        opt.resume_on_changed_data = resume_data == "changed";
+        opt.resume_on_changed_data = fnvlp::resume_on_changed_data(resume_data);
         const auto cfg =
             fnvlp::load_job_config<fnvlp::finetune::FinetuneConfig>(comm, config_paths, overrides);
         // One job writes a run directory: another live owner is a usage error (exit 2).

@@ -7,6 +7,8 @@
 #include "fnvlp/store/run_lock.hpp"
 #include "fnvlp/train/trainer.hpp"
 
+#include "resume_data_option.hpp"
+
 int main(int argc, char** argv) {
   return fnvlp::job_main(
       argc, argv, "fnvlp-pretrain", [](fnvlp::Comm& comm, int argc, char** argv) {
@@ -25,16 +27,12 @@ int main(int argc, char** argv) {
       ("set", "override a config key: --set train.batch_size=64 (repeatable)",
        cxxopts::value(overrides))
       ("resume", "auto (newest committed checkpoint) or a checkpoint directory",
-       cxxopts::value(opt.resume))
-      ("resume-data", "same (default: a checkpoint written on other data is refused) or changed "
-       "(keep the model, optimizer and step; reset every per-pair state; start a new epoch)",
-       cxxopts::value(resume_data)->default_value("same"));
+       cxxopts::value(opt.resume));
         // clang-format on
+        fnvlp::add_resume_data_option(cli, resume_data);
         const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm, {"data", "out"});
         if (!parsed) return 0;
-        if (resume_data != "same" && resume_data != "changed")
-          throw fnvlp::UsageError("--resume-data: '" + resume_data + "' (same or changed)");
-        opt.resume_on_changed_data = resume_data == "changed";
+        opt.resume_on_changed_data = fnvlp::resume_on_changed_data(resume_data);
         std::vector<std::string> notes;
         const auto cfg = fnvlp::load_job_config<fnvlp::train::PretrainConfig>(comm, config_paths,
                                                                               overrides, &notes);

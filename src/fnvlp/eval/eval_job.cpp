@@ -93,10 +93,10 @@ json run_evaluation(const Comm& comm, const EvalOptions& opt) {
   FNVLP_CHECK(opt.threads >= 1, "--threads must be >= 1");
   set_threads(static_cast<int>(opt.threads));
   const model::ModelConfig mc = store::open_pretrained(comm, opt.checkpoint);
-  model::Albef model(mc);
-  store::load_pretrained_weights(comm, opt.checkpoint, *model);
   const auto ds = open_dataset(comm, opt.data_dir, opt.verify_checksums);
   store::refuse_other_vocabulary(opt.checkpoint, ds->manifest().vocab_sha256, opt.data_dir);
+  model::Albef model(mc);
+  store::load_pretrained_weights(comm, opt.checkpoint, *model);
   ImageFeatures feats;
   const RetrievalEvalResult r = evaluate_retrieval(
       comm, *model, *ds, opt.retrieval, !opt.ranks_out.empty(), opt.probe ? &feats : nullptr);

@@ -25,7 +25,6 @@ struct FinetuneConfig : train::PretrainConfig {
 struct FinetuneOptions {
   std::string data_dir, val_dir, run_dir, resume;
   bool resume_on_changed_data = false;  // train::PretrainOptions'
-
   std::string init;  // pretrained checkpoint directory (optional: without it, from scratch)
 };
 
