@@ -2,9 +2,10 @@
 """Draws the PNGs of fnvlp-report from data/plots.json (Debian python3-matplotlib, no network).
 
 Each plot entry names a CSV under the data directory and a kind: "lines" (x against several y
-columns, optional horizontal reference line), "scatter" (optional y = x diagonal), "hist" or
-"bars" (one group of bars per CSV row, one bar per series with columns mean_S and std_S drawn as
-mean +- std; a NaN mean leaves its bar out).
+columns, optional horizontal reference line), "scatter" (optional y = x diagonal), "hist",
+"histogram" (bins counted already: columns lo, hi, count) or "bars" (one group of bars per CSV
+row, one bar per series with columns mean_S and std_S drawn as mean +- std; a NaN mean leaves its
+bar out).
 """
 import csv
 import json
@@ -54,6 +55,9 @@ def draw(spec, data_dir, out_dir):
     elif kind == "hist":
         v = [x for x in cols[spec["column"]] if math.isfinite(x)]
         ax.hist(v, bins=spec.get("bins", 50))
+    elif kind == "histogram":  # counted already: one row per bin (lo, hi, count)
+        lo, hi = cols.get("lo", []), cols.get("hi", [])
+        ax.bar(lo, cols.get("count", []), width=[b - a for a, b in zip(lo, hi)], align="edge")
     elif kind == "bars":
         groups, series = spec["groups"], spec["series"]
         width = 0.8 / len(series)

@@ -7,6 +7,7 @@
 
 #include "fnvlp/comm/job_main.hpp"
 #include "fnvlp/report/report.hpp"
+#include "fnvlp/train/failure.hpp"
 
 int main(int argc, char** argv) {
   return fnvlp::job_main(argc, argv, "fnvlp-report", [](fnvlp::Comm& comm, int argc, char** argv) {
@@ -32,8 +33,11 @@ int main(int argc, char** argv) {
     comm.collective([&] {
       if (!comm.is_root()) return;
       const auto r = fnvlp::report::build_report(o);
-      spdlog::info("fnvlp-report: {} plots, {} notes -> {}/report.html", r["plots"].size(),
-                   r["notes"].size(), o.out_dir);
+      // Its own peak (the plot script's process not included): the report streams STATS.h5, so
+      // this does not grow with the number of pairs (tests/integration/report_memory.sh).
+      spdlog::info("fnvlp-report: {} plots, {} notes -> {}/report.html; peak memory {:.1f} MiB",
+                   r["plots"].size(), r["notes"].size(), o.out_dir,
+                   double(fnvlp::train::host_memory().peak) / (1 << 20));
     });
     return 0;
   });

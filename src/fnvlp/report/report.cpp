@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -167,19 +169,155 @@ json prf(int64_t flagged, int64_t true_fn, int64_t label_negatives) {
           {"f1", p + r > 0 ? 2 * p * r / (p + r) : 0.0}};
 }
 
+// STATS.h5 and the run's embeddings are read kStatsPiece rows at a time: the report's memory does
+// not grow with the number of pairs (a 4M export: tests/integration/report_memory.sh).
+constexpr int64_t kStatsPiece = int64_t{1} << 16;
+// The lambda-vs-threshold scatter draws every stride-th anchor, at most kScatterPoints of them; the
+// error histogram counts every anchor.
+constexpr int64_t kScatterPoints = 20000;
+constexpr int kErrorBins = 50;
+
+// One modality's FN table (and lambda-vs-threshold plots) from STATS.h5, streamed. `lock` holds
+// the HDF5 lock for STATS.h5's calls and is released around the embeddings file's own (it takes
+// the lock itself).
+json modality_stats(std::unique_lock<std::mutex>& lock, hid_t f, const std::string& stats,
+                    const std::string& s, int64_t n, const data::EmbeddingsFile* emb, bool lam,
+                    const fs::path& data, json& plots) {
+  auto column = [&](const std::string& name) {
+    h5::Handle ds = h5::open_dataset(f, name, stats);
+    const auto d = h5::dims(ds, stats + ":/" + name);
+    FNVLP_CHECK(d.size() == 1 && static_cast<int64_t>(d[0]) == n,
+                stats << ":/" << name << " is not [" << n << "]");
+    return ds;
+  };
+  const h5::Handle thr_ds = column("threshold_" + s), fnc_ds = column("fnc_threshold_" + s);
+  // Labelled negatives, exact / FNC / GloFND flagged and of them same-label.
+  std::vector<std::string> names = {"n_label_",           "count_exact_",     "count_exact_label_",
+                                    "count_fnc_",         "count_fnc_label_", "count_lambda_",
+                                    "count_lambda_label_"};
+  const bool lam_counts = lam && h5::exists(f, "count_lambda_" + s);
+  if (!lam_counts) names.resize(5);
+  std::vector<h5::Handle> count_ds;
+  for (const auto& name : names) count_ds.push_back(column(name + s));
+  std::vector<int64_t> sums(names.size(), 0);
+
+  const auto piece = static_cast<size_t>(std::min(n, kStatsPiece));
+  std::vector<float> thr(piece), fnc(piece), lambda(lam ? piece : 0);
+  std::vector<std::vector<int64_t>> counts(names.size(), std::vector<int64_t>(piece));
+  std::vector<int64_t> image_id(emb ? piece : 0);
+  std::vector<int32_t> label(emb ? piece : 0);
+  // Rows [r0, r0 + rn) of the thresholds (and the run's lambda; with `all`, the counts and labels).
+  auto read_piece = [&](int64_t r0, int64_t rn, bool all) {
+    const auto row = static_cast<hsize_t>(r0), rows = static_cast<hsize_t>(rn);
+    h5::read_rows(thr_ds, H5T_NATIVE_FLOAT, thr.data(), row, rows, stats + ":/threshold_" + s);
+    if (all) {
+      h5::read_rows(fnc_ds, H5T_NATIVE_FLOAT, fnc.data(), row, rows,
+                    stats + ":/fnc_threshold_" + s);
+      for (size_t c = 0; c < names.size(); ++c)
+        h5::read_rows(count_ds[c], H5T_NATIVE_INT64, counts[c].data(), row, rows,
+                      stats + ":/" + names[c] + s);
+    }
+    if (!emb) return;
+    struct Relock {  // STATS.h5's handles close under the lock, even after a throw
+      std::unique_lock<std::mutex>& l;
+      ~Relock() { l.lock(); }
+    };
+    lock.unlock();
+    const Relock relock{lock};
+    if (lam) emb->read_lambda(s == "image", r0, rn, lambda.data());
+    if (all) emb->read_columns(r0, rn, image_id.data(), label.data());
+  };
+
+  double e_fnc = 0, n_fnc = 0, e_lam = 0, n_lam = 0;
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  const int64_t stride = std::max<int64_t>(1, (n + kScatterPoints - 1) / kScatterPoints);
+  std::ostringstream scatter;
+  scatter << "threshold,lambda,error\n";
+  for (int64_t r0 = 0; r0 < n; r0 += kStatsPiece) {
+    const int64_t rn = std::min(kStatsPiece, n - r0);
+    read_piece(r0, rn, true);
+    for (int64_t i = 0; i < rn; ++i) {
+      const auto u = static_cast<size_t>(i);
+      // Anchors without a label (label < 0) count in no precision or recall.
+      if (label.empty() || label[u] >= 0)
+        for (size_t c = 0; c < names.size(); ++c) sums[c] += counts[c][u];
+      if (std::isfinite(thr[u]) && std::isfinite(fnc[u])) {
+        e_fnc += std::fabs(double(fnc[u]) - thr[u]);
+        n_fnc += 1;
+      }
+      if (!lam || !std::isfinite(thr[u]) || !std::isfinite(lambda[u])) continue;
+      const double e = double(lambda[u]) - thr[u];
+      e_lam += std::fabs(e);
+      n_lam += 1;
+      lo = std::min(lo, e);
+      hi = std::max(hi, e);
+      if ((r0 + i) % stride == 0) scatter << thr[u] << "," << lambda[u] << "," << e << "\n";
+    }
+  }
+  json mod;
+  mod["exact"] = prf(sums[1], sums[2], sums[0]);
+  mod["fnc"] = prf(sums[3], sums[4], sums[0]);
+  mod["fnc"]["mean_abs_error"] = n_fnc > 0 ? e_fnc / n_fnc : 0.0;
+  if (lam_counts) mod["glofnd"] = prf(sums[5], sums[6], sums[0]);
+  if (!lam) return mod;
+  if (!mod.contains("glofnd")) mod["glofnd"] = json::object();
+  mod["glofnd"]["mean_abs_error"] = n_lam > 0 ? e_lam / n_lam : 0.0;
+
+  // The error histogram over every anchor: a second pass, bins over [lo, hi].
+  std::vector<int64_t> bins(kErrorBins, 0);
+  if (n_lam > 0) {
+    const double width = hi > lo ? (hi - lo) / kErrorBins : 1.0;
+    for (int64_t r0 = 0; r0 < n; r0 += kStatsPiece) {
+      const int64_t rn = std::min(kStatsPiece, n - r0);
+      read_piece(r0, rn, false);
+      for (int64_t i = 0; i < rn; ++i) {
+        const auto u = static_cast<size_t>(i);
+        if (!std::isfinite(thr[u]) || !std::isfinite(lambda[u])) continue;
+        const double e = double(lambda[u]) - thr[u];
+        ++bins[static_cast<size_t>(
+            std::clamp<int64_t>(static_cast<int64_t>((e - lo) / width), 0, kErrorBins - 1))];
+      }
+    }
+    std::ostringstream hist;
+    hist << "lo,hi,count\n";
+    for (int b = 0; b < kErrorBins; ++b)
+      hist << lo + b * width << "," << lo + (b + 1) * width << "," << bins[size_t(b)] << "\n";
+    write_file(data / ("lambda_error_" + s + ".csv"), hist.str());
+  }
+  const std::string csv_name = "lambda_" + s + ".csv";
+  write_file(data / csv_name, scatter.str());
+  const std::string shown =
+      stride == 1 ? "every anchor"
+                  : "every " + std::to_string(stride) + "th of " + std::to_string(n) + " anchors";
+  plots.push_back({{"file", "lambda_vs_exact_" + s + ".png"},
+                   {"kind", "scatter"},
+                   {"csv", csv_name},
+                   {"x", "threshold"},
+                   {"y", "lambda"},
+                   {"diagonal", true},
+                   {"title", "GloFND lambda vs exact threshold (" + s + " anchors; " + shown + ")"},
+                   {"xlabel", "exact k-th largest similarity"},
+                   {"ylabel", "lambda"}});
+  if (n_lam > 0)
+    plots.push_back({{"file", "lambda_error_" + s + ".png"},
+                     {"kind", "histogram"},
+                     {"csv", "lambda_error_" + s + ".csv"},
+                     {"title", "lambda - exact threshold (" + s + " anchors)"},
+                     {"xlabel", "error"},
+                     {"ylabel", "anchors"}});
+  return mod;
+}
+
 // FN table and lambda-vs-threshold data from STATS.h5 (and the run's lambda when present).
 json stats_section(const std::string& stats, const std::string& emb_path, const fs::path& data,
                    json& plots, json& notes) {
-  // The run's embeddings first (EmbeddingsFile takes the HDF5 lock itself).
+  // The run's embeddings first (EmbeddingsFile takes the HDF5 lock itself); labels and lambda are
+  // read a piece at a time.
   std::unique_ptr<data::EmbeddingsFile> emb;
-  if (!emb_path.empty()) emb = std::make_unique<data::EmbeddingsFile>(emb_path);
-  std::map<std::string, std::vector<float>> lambdas;
-  if (emb && emb->has_lambda())
-    for (const char* m : {"image", "text"}) {
-      lambdas[m].resize(static_cast<size_t>(emb->size()));
-      emb->read_lambda(std::string(m) == "image", 0, emb->size(), lambdas[m].data());
-    }
-  std::lock_guard<std::mutex> lock(h5::global_mutex());
+  if (!emb_path.empty())
+    emb =
+        std::make_unique<data::EmbeddingsFile>(emb_path, data::EmbeddingsFile::Columns::kStreamed);
+  std::unique_lock<std::mutex> lock(h5::global_mutex());
   h5::Handle f = h5::open_file(stats);
   json out;
   out["file"] = stats;
@@ -190,76 +328,8 @@ json stats_section(const std::string& stats, const std::string& emb_path, const 
     FNVLP_CHECK(emb->size() == n, emb_path << " has " << emb->size() << " pairs, " << stats
                                            << " was computed over " << n);
   const bool lam = emb && emb->has_lambda();
-  for (const char* m : {"image", "text"}) {
-    const std::string s = m;
-    auto i64 = [&](const std::string& name) { return h5::read_dataset<int64_t>(f, name, stats); };
-    const auto thr = h5::read_dataset<float>(f, "threshold_" + s, stats);
-    const auto fnc_thr = h5::read_dataset<float>(f, "fnc_threshold_" + s, stats);
-    const auto n_label = i64("n_label_" + s), c_exact = i64("count_exact_" + s),
-               c_exact_l = i64("count_exact_label_" + s), c_fnc = i64("count_fnc_" + s),
-               c_fnc_l = i64("count_fnc_label_" + s);
-    FNVLP_CHECK(static_cast<int64_t>(thr.size()) == n,
-                stats << ":/threshold_" << s << " is not [" << n << "]");
-    std::vector<int32_t> label;
-    if (emb) label = emb->label();
-    auto sum_labelled = [&](const std::vector<int64_t>& v) {
-      int64_t t = 0;
-      for (int64_t i = 0; i < n; ++i)
-        if (label.empty() || label[static_cast<size_t>(i)] >= 0) t += v[static_cast<size_t>(i)];
-      return t;
-    };
-    const int64_t ln = sum_labelled(n_label);
-    json mod;
-    mod["exact"] = prf(sum_labelled(c_exact), sum_labelled(c_exact_l), ln);
-    mod["fnc"] = prf(sum_labelled(c_fnc), sum_labelled(c_fnc_l), ln);
-    double e_fnc = 0, n_fnc = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const auto u = static_cast<size_t>(i);
-      if (std::isfinite(thr[u]) && std::isfinite(fnc_thr[u])) {
-        e_fnc += std::fabs(double(fnc_thr[u]) - thr[u]);
-        n_fnc += 1;
-      }
-    }
-    mod["fnc"]["mean_abs_error"] = n_fnc > 0 ? e_fnc / n_fnc : 0.0;
-    if (lam && h5::exists(f, "count_lambda_" + s)) {
-      mod["glofnd"] = prf(sum_labelled(i64("count_lambda_" + s)),
-                          sum_labelled(i64("count_lambda_label_" + s)), ln);
-    }
-    if (lam) {
-      const std::vector<float>& lambda = lambdas[s];
-      std::ostringstream csv;
-      csv << "threshold,lambda,error\n";
-      double e = 0, cnt = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const auto u = static_cast<size_t>(i);
-        if (!std::isfinite(thr[u]) || !std::isfinite(lambda[u])) continue;
-        csv << thr[u] << "," << lambda[u] << "," << (double(lambda[u]) - thr[u]) << "\n";
-        e += std::fabs(double(lambda[u]) - thr[u]);
-        cnt += 1;
-      }
-      if (!mod.contains("glofnd")) mod["glofnd"] = json::object();
-      mod["glofnd"]["mean_abs_error"] = cnt > 0 ? e / cnt : 0.0;
-      const std::string csv_name = "lambda_" + s + ".csv";
-      write_file(data / csv_name, csv.str());
-      plots.push_back({{"file", "lambda_vs_exact_" + s + ".png"},
-                       {"kind", "scatter"},
-                       {"csv", csv_name},
-                       {"x", "threshold"},
-                       {"y", "lambda"},
-                       {"diagonal", true},
-                       {"title", "GloFND lambda vs exact threshold (" + s + " anchors)"},
-                       {"xlabel", "exact k-th largest similarity"},
-                       {"ylabel", "lambda"}});
-      plots.push_back({{"file", "lambda_error_" + s + ".png"},
-                       {"kind", "hist"},
-                       {"csv", csv_name},
-                       {"column", "error"},
-                       {"title", "lambda - exact threshold (" + s + " anchors)"},
-                       {"xlabel", "error"},
-                       {"ylabel", "anchors"}});
-    }
-    out[m] = mod;
-  }
+  for (const char* m : {"image", "text"})
+    out[m] = modality_stats(lock, f, stats, m, n, emb.get(), lam, data, plots);
   if (!lam)
     notes.push_back(
         "lambda vs exact threshold: skipped, the run's embeddings have no GloFND "
