@@ -2,6 +2,7 @@
 // precision/recall of GloFND's lambda, the exact threshold and simulated FNC (ARCHITECTURE.md §11).
 #include <spdlog/spdlog.h>
 
+#include <cstring>
 #include <cxxopts.hpp>
 #include <iostream>
 
@@ -12,6 +13,13 @@
 #include "fnvlp/similarity/spaces.hpp"
 
 int main(int argc, char** argv) {
+  // Asked by the SLURM scripts where a job is planned (a login node: maybe no MPI launcher, no
+  // device): where this build's kernels run, which decides whether the stage asks for GPUs.
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--kokkos-space") == 0) {
+      std::cout << fnvlp::similarity::ExecSpace::name() << "\n";
+      return 0;
+    }
   return fnvlp::job_main(argc, argv, "fnvlp-simstat", [](fnvlp::Comm& comm, int argc, char** argv) {
     fnvlp::similarity::JobOptions o;
     auto& p = o.params;
@@ -52,6 +60,8 @@ int main(int argc, char** argv) {
        cxxopts::value(path)->default_value("auto"))
       ("threads", "Kokkos threads per rank where its host backend is threaded (OpenMP); the "
        "GEMM runs on one BLAS thread", cxxopts::value(o.threads)->default_value("1"))
+      ("kokkos-space", "print the Kokkos execution space the kernels run on (Cuda: a GPU; Serial, "
+       "OpenMP: the host) and exit, without MPI or a device")
       ("watchdog-s", "abort the job (exit 4) when a rank reports no progress for this many "
        "seconds (<= 0: off)", cxxopts::value(watchdog_s)->default_value("1800"));
     // clang-format on

@@ -280,6 +280,12 @@ if [ "$FNVLP_SCALE" = 4m ]; then
 else
   export FNVLP_CPUS_PER_GPU=${FNVLP_CPUS_PER_GPU:-1}
 fi
+# The simstat stage on GPUs (fnvlp_simstat_where): FNVLP_ANALYSIS_GPUS ranks, one GPU each (default
+# one node's), for FNVLP_ANALYSIS_GPU_TIME, where fnvlp-simstat is built with a device Kokkos
+# (FNVLP_KOKKOS=cuda) and the chain asks for GPUs; else FNVLP_ANALYSIS_RANKS CPU ranks.
+export FNVLP_ANALYSIS_GPUS=${FNVLP_ANALYSIS_GPUS:-$FNVLP_GPUS_PER_NODE}
+case "$FNVLP_ANALYSIS_GPUS" in '' | *[!0-9]*) fnvlp_die "FNVLP_ANALYSIS_GPUS=$FNVLP_ANALYSIS_GPUS: expected a GPU count" ;; esac
+export FNVLP_ANALYSIS_GPU_TIME=${FNVLP_ANALYSIS_GPU_TIME:-1:00:00}
 export FNVLP_CONFIG=${FNVLP_CONFIG:-$FNVLP_ROOT/jobs/configs/$FNVLP_PRESET.yaml}
 export FNVLP_FT_CONFIG=${FNVLP_FT_CONFIG:-$FNVLP_ROOT/jobs/configs/retrieval_flickr.yaml}
 # Extra --set overrides, whitespace-separated key=value (pretraining / fine-tuning).
@@ -323,6 +329,37 @@ fnvlp_bin() {
   p=$(fnvlp_bin_path "$1")
   [ -n "$p" ] || fnvlp_die "$1 not built (looked in $FNVLP_BUILD_DIR/{data_prep,jobs,analysis} and PATH; build it with: cmake --build $FNVLP_BUILD_DIR --target $1)"
   echo "$p"
+}
+
+# The Kokkos execution space fnvlp-simstat's kernels run on (`fnvlp-simstat --kokkos-space`:
+# Cuda, HIP, SYCL on a GPU; Serial, OpenMP on the host), "none" when it is not built.
+fnvlp_simstat_space() {
+  local b
+  b=$(fnvlp_bin_path fnvlp-simstat)
+  if [ -z "$b" ]; then
+    echo none
+  else
+    "$b" --kokkos-space 2>/dev/null || echo unknown
+  fi
+}
+
+# Where the simstat stage runs, as "gpu|cpu RANKS WHY": on FNVLP_ANALYSIS_GPUS GPUs when its
+# build's Kokkos runs on a device, else on FNVLP_ANALYSIS_RANKS CPU ranks. A device build in a chain
+# that asks for no GPU (FNVLP_GPUS_PER_NODE=0 or FNVLP_ANALYSIS_GPUS=0) cannot run: refused.
+fnvlp_simstat_where() {
+  local space
+  space=$(fnvlp_simstat_space)
+  case "$space" in
+    Cuda | HIP | SYCL)
+      if [ "$FNVLP_GPUS_PER_NODE" -eq 0 ] || [ "$FNVLP_ANALYSIS_GPUS" -eq 0 ]; then
+        fnvlp_die "fnvlp-simstat is built with Kokkos $space and runs on GPUs only, but the chain asks for none (FNVLP_GPUS_PER_NODE=$FNVLP_GPUS_PER_NODE, FNVLP_ANALYSIS_GPUS=$FNVLP_ANALYSIS_GPUS): give it GPUs, or point FNVLP_BUILD_DIR at a build with a host Kokkos"
+      fi
+      echo "gpu $FNVLP_ANALYSIS_GPUS fnvlp-simstat is built with Kokkos $space"
+      ;;
+    none) echo "cpu $FNVLP_ANALYSIS_RANKS fnvlp-simstat is not built (with Kokkos on CUDA it would run on GPUs)" ;;
+    unknown) echo "cpu $FNVLP_ANALYSIS_RANKS fnvlp-simstat does not answer --kokkos-space (built before it could)" ;;
+    *) echo "cpu $FNVLP_ANALYSIS_RANKS fnvlp-simstat is built with Kokkos $space (a FNVLP_KOKKOS=cuda build runs it on GPUs)" ;;
+  esac
 }
 
 # The newest RUN/embeddings/epoch-EEE.h5 of a run directory ("" when there is none).

@@ -63,14 +63,26 @@ fnvlp_shards_ok() {
   done
 }
 
-# sbatch options of a stage's job. Only the training stages (pretrain, finetune) ask for GPUs:
+# sbatch options of a stage's job. The training stages (pretrain, finetune) ask for GPUs:
 # FNVLP_GPUS_PER_NODE per node, one rank each (fnvlp_gpu_job_opts); 0 (CPU clusters, smoke by
-# default) keeps them on CPUs. At 4m the pretraining job's time, memory and (without GPUs) layout
+# default) keeps them on CPUs. simstat asks for FNVLP_ANALYSIS_GPUS GPUs where its build runs on
+# one (fnvlp_simstat_where). At 4m the pretraining job's time, memory and (without GPUs) layout
 # are its #SBATCH lines.
 fnvlp_stage_opts() {
   case "$1" in
     shard) fnvlp_small_job_opts "$FNVLP_SHARD_RANKS" fnvlp-shard ;;
-    simstat | eval) fnvlp_small_job_opts "$FNVLP_ANALYSIS_RANKS" "fnvlp-$1" ;;
+    simstat)
+      local at where ranks
+      at=$(fnvlp_simstat_where) || exit 1
+      read -r where ranks _ <<<"$at"
+      if [ "$where" = gpu ]; then
+        echo "--job-name=fnvlp-simstat --mem=$FNVLP_MEM --time=$FNVLP_ANALYSIS_GPU_TIME"
+        fnvlp_gpu_job_opts "$ranks"
+      else
+        fnvlp_small_job_opts "$ranks" fnvlp-simstat
+      fi
+      ;;
+    eval) fnvlp_small_job_opts "$FNVLP_ANALYSIS_RANKS" fnvlp-eval ;;
     report) fnvlp_small_job_opts 1 fnvlp-report ;;
     finetune)
       if [ "$FNVLP_GPUS_PER_NODE" -eq 0 ]; then
@@ -106,6 +118,13 @@ fnvlp_submit_stage() {
   local -a opts
   # (A stage whose options cannot be made, e.g. ranks that do not fill the nodes, is not submitted.)
   o=$(fnvlp_stage_opts "$stage") || exit 1
+  if [ "$stage" = simstat ]; then
+    local at where ranks why
+    at=$(fnvlp_simstat_where) || exit 1
+    read -r where ranks why <<<"$at"
+    # (stderr: this function's output is the job id)
+    fnvlp_log "simstat on $ranks $([ "$where" = gpu ] && echo GPUs || echo "CPU ranks"): $why" >&2
+  fi
   read -r -a opts <<<"$(tr '\n' ' ' <<<"$o")"
   [ -z "$dep" ] || opts+=("$(fnvlp_afterok "$dep")")
   if [ "$stage" = pretrain ]; then

@@ -25,7 +25,9 @@
 # `sbatch --gpus-per-node=0 slurm/pretrain_4m.sh`) with cpu/mpi, logged (fnvlp_device_overrides;
 # FNVLP_DEVICE=cpu|cuda forces it, FNVLP_PRECISION=bf16 sets train.precision); the jobs it chains
 # follow its allocation (FNVLP_GPUS_PER_NODE). Each rank's 12 CPUs are its train.threads (the
-# loader's augmentation and the CPU loops; fnvlp_thread_overrides).
+# loader's augmentation and the CPU loops; fnvlp_thread_overrides). fnvlp-simstat runs on one node's
+# GPUs (FNVLP_ANALYSIS_GPUS) when it is built with Kokkos on CUDA (FNVLP_GPU=1 FNVLP_KOKKOS=cuda
+# env/build.sh), else on 16 CPU ranks (FNVLP_ANALYSIS_RANKS); the dry run says which.
 # What it trains (fnvlp_step_overrides, printed by the dry run and logged at the start):
 # FNVLP_METHOD (default falcon_glofnd: FALCON's batches with GloFND's per-anchor thresholds from
 # 40% of the FNVLP_EPOCHS=30 epochs; `none`: the preset alone), on GPUs in bf16 with the static

@@ -118,8 +118,21 @@ stage_simstat() {
   emb=$(newest_embeddings)
   # GloFND's learned thresholds are compared with the exact ones when the run exported them.
   if fnvlp_has_lambda "$emb"; then lam=(--lambda-from "$FNVLP_RUN"); fi
+  # On the GPUs of this job where the build's kernels run on a device (the submitter asked for
+  # them: fnvlp_stage_opts), else on CPU ranks; a device build in a job without GPUs is an error
+  # here, not Kokkos's abort in every rank.
+  local at where ranks why gpus gwhy
+  at=$(fnvlp_simstat_where) || exit 1
+  read -r where ranks why <<<"$at"
+  if [ "$where" = gpu ]; then
+    read -r gpus gwhy <<<"$(fnvlp_alloc_gpus)"
+    [ "$gpus" -gt 0 ] || fnvlp_die "$why, and this job has no GPU ($gwhy): submit it with GPUs (slurm/pipeline.sh does)"
+    fnvlp_log "simstat on $ranks GPUs ($gpus per node; $why)"
+  else
+    fnvlp_log "simstat on $ranks CPU ranks ($why)"
+  fi
   mkdir -p "$FNVLP_RUN/analysis"
-  fnvlp_run_ranks "$FNVLP_ANALYSIS_RANKS" "$(fnvlp_bin fnvlp-simstat)" --embeddings "$emb" \
+  fnvlp_run_ranks "$ranks" "$(fnvlp_bin fnvlp-simstat)" --embeddings "$emb" \
     --out "$FNVLP_RUN/analysis/simstat.h5" --alpha "$FNVLP_FN_ALPHA" "${lam[@]}" \
     --json "$FNVLP_RUN/analysis/simstat.json"
 }

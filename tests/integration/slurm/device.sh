@@ -187,6 +187,62 @@ for s in pretrain finetune; do
 done
 echo "GPU requests: pretrain and finetune only (4 nodes x 8 at 4m), none with FNVLP_GPUS_PER_NODE=0"
 
+# 3b. simstat goes to GPUs where its build's Kokkos runs on one (issue 66): a stub fnvlp-simstat
+#     answers --kokkos-space and records each rank's launch.
+simstat_stub() { # simstat_stub SPACE: the stub's answer
+  mkdir -p "$tmp/kk/analysis"
+  # shellcheck disable=SC2016 # expanded by the stub
+  printf '#!/bin/sh\nif [ "$1" = --kokkos-space ]; then echo %s; exit 0; fi\necho "rank of ${OMPI_COMM_WORLD_SIZE:-?}: $*" >>"%s"\n' \
+    "$1" "$tmp/simstat.calls" >"$tmp/kk/analysis/fnvlp-simstat"
+  chmod +x "$tmp/kk/analysis/fnvlp-simstat"
+}
+simstat_stub Cuda
+if [ "$(gpus 4m simstat FNVLP_BUILD_DIR="$tmp/kk")" != 8 ] ||
+  ! grep -q -- "--job-name=fnvlp-simstat --mem=0 --time=1:00:00 --nodes=1 --ntasks-per-node=8 --gpus-per-node=8 --gpu-bind=none" "$tmp/out"; then
+  fail "4m simstat built with Kokkos Cuda: not one node of 8 GPUs for an hour: $(cat "$tmp/out")"
+fi
+if [ "$(gpus 4m simstat FNVLP_BUILD_DIR="$tmp/kk" FNVLP_ANALYSIS_GPUS=16)" != 8 ] || ! grep -q -- "--nodes=2 " "$tmp/out"; then
+  fail "4m simstat with FNVLP_ANALYSIS_GPUS=16: not 2 nodes x 8: $(cat "$tmp/out")"
+fi
+run FNVLP_SCALE=4m FNVLP_BUILD_DIR="$tmp/kk" FNVLP_DRY_RUN=1 -- "fnvlp_submit_stage simstat ''"
+if [ "$rc" -ne 0 ] || ! grep -q "simstat on 8 GPUs: fnvlp-simstat is built with Kokkos Cuda" "$tmp/err"; then
+  fail "the dry run does not say simstat runs on 8 GPUs (exit $rc): $(cat "$tmp/err")"
+fi
+run FNVLP_SCALE=4m FNVLP_BUILD_DIR="$tmp/kk" FNVLP_GPUS_PER_NODE=0 FNVLP_DRY_RUN=1 -- "fnvlp_submit_stage simstat ''"
+if [ "$rc" -eq 0 ] || grep -q '^sbatch ' "$tmp/err" || ! grep -q 'runs on GPUs only, but the chain asks for none' "$tmp/err"; then
+  fail "a Kokkos Cuda simstat in a chain without GPUs accepted (exit $rc): $(cat "$tmp/err")"
+fi
+simstat_stub Serial
+if [ "$(gpus 4m simstat FNVLP_BUILD_DIR="$tmp/kk")" != 0 ] || ! grep -q -- "--ntasks=16 " "$tmp/out"; then
+  fail "4m simstat built with Kokkos Serial: not 16 CPU ranks: $(cat "$tmp/out")"
+fi
+# In the job (slurm/step.sh simstat): the ranks run where the submitter planned them.
+mkdir -p "$tmp/srun/embeddings"
+: >"$tmp/srun/embeddings/epoch-000.h5"
+in_job() { # in_job SPACE [VAR=VALUE...]: step.sh simstat with the stub; its launches in simstat.calls
+  simstat_stub "$1"
+  shift
+  rm -f "$tmp/simstat.calls"
+  # shellcheck disable=SC2016 # expanded by the inner shell
+  run T_RAW=1 FNVLP_SCALE=4m FNVLP_BUILD_DIR="$tmp/kk" FNVLP_RUN="$tmp/srun" FNVLP_LAUNCHER=mpirun \
+    FNVLP_WORK="$tmp/work4m" SLURM_JOB_ID=7 "$@" -- 'bash "$FNVLP_ROOT/slurm/step.sh" simstat'
+}
+in_job Cuda SLURM_GPUS_ON_NODE=8
+if [ "$rc" -ne 0 ] || ! grep -q "simstat on 8 GPUs (8 per node; fnvlp-simstat is built with Kokkos Cuda)" "$tmp/out" ||
+  [ "$(grep -c '^rank of 8: --embeddings' "$tmp/simstat.calls")" != 8 ]; then
+  fail "step.sh simstat on GPUs: not 8 ranks (exit $rc): $(cat "$tmp/out" "$tmp/err" "$tmp/simstat.calls")"
+fi
+in_job Cuda SLURM_GPUS_PER_NODE=0
+if [ "$rc" -eq 0 ] || [ -f "$tmp/simstat.calls" ] || ! grep -q "and this job has no GPU" "$tmp/err"; then
+  fail "step.sh simstat with a Kokkos Cuda build in a job without GPUs ran (exit $rc): $(cat "$tmp/out" "$tmp/err")"
+fi
+in_job Serial SLURM_GPUS_ON_NODE=8 FNVLP_ANALYSIS_RANKS=3
+if [ "$rc" -ne 0 ] || ! grep -q "simstat on 3 CPU ranks (fnvlp-simstat is built with Kokkos Serial" "$tmp/out" ||
+  [ "$(grep -c '^rank of 3: --embeddings' "$tmp/simstat.calls")" != 3 ]; then
+  fail "step.sh simstat on CPUs: not 3 ranks (exit $rc): $(cat "$tmp/out" "$tmp/err" "$tmp/simstat.calls")"
+fi
+echo "simstat: a Kokkos Cuda build on FNVLP_ANALYSIS_GPUS GPUs (one node of 8 at 4m; refused without GPUs), a host build on CPU ranks; dry run and job log say which"
+
 # 4. The mpirun launcher leaves a rank every CPU the job has (Open MPI alone binds a rank to one
 #    core at np <= 2, where its train.threads would share that core).
 mine=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
