@@ -60,12 +60,14 @@ run_n() {  # N
   local rc=$?
   kill "$smi" 2>/dev/null
   [ "$rc" -eq 0 ] || return 1
-  timeout "$limit" "$py" "$here/topk_thresholds_torch.py" --floor --dim "$D" >"$work/floor.json" &&
+  if ! { timeout "$limit" "$py" "$here/topk_thresholds_torch.py" --floor --dim "$D" >"$work/floor.json" &&
     timeout "$limit" "$py" "$here/topk_thresholds_torch.py" --embeddings "$file" --alpha "$ALPHA" \
       --out "$work/torch-$n.npy" --json "$work/torch-$n.json" >/dev/null &&
     timeout "$limit" "$py" "$here/topk_thresholds_torch.py" --embeddings "$file" --alpha "$ALPHA" \
-      --precision fp64 --rows "$EXACT_N" --out "$work/torch64-$n.npy" >/dev/null ||
-    { echo "FAIL: topk_thresholds_torch.py at N=$n"; return 1; }
+      --precision fp64 --rows "$EXACT_N" --out "$work/torch64-$n.npy" >/dev/null; }; then
+    echo "FAIL: topk_thresholds_torch.py at N=$n"
+    return 1
+  fi
   "$py" - "$work" "$n" "$D" <<'PY'
 import json, sys
 import h5py, numpy as np

@@ -18,7 +18,7 @@ trap 'rm -rf "$work"' EXIT
 mpirun --oversubscribe -np 2 "$build/data_prep/fnvlp-shard" --input "$flickr/captions.json" \
   --image-root "$flickr" --split-file "$flickr/splits.json" --split train --vocab "$vocab" \
   --image-size 128 --out "$work/shards" >/dev/null
-echo "shards: $(du -sh "$work/shards" | cut -f1), $(ls "$work/shards" | grep -c '\.h5$') files"
+echo "shards: $(du -sh "$work/shards" | cut -f1), $(find "$work/shards" -maxdepth 1 -name '*.h5' | wc -l) files"
 printf "%-6s %-5s %-6s %12s %12s %10s\n" ranks mode round hash_s hashed_MB wall_s
 for r in $(seq "$rounds"); do
   for np in 1 2; do

@@ -3,6 +3,7 @@
 # config file is a usage error on every rank together: exit 2 before any step, one message naming
 # the key, the value and the range (or the file), never a crash (log_every=0 was a SIGFPE) or a
 # hang (export_batch=0 looped with the watchdog off).
+# shellcheck source=tests/fault/lib.sh
 source "$(dirname "$0")/lib.sh"
 make_data
 

@@ -5,6 +5,7 @@
 #  - a rank that never joins the buckets (FNVLP_FAULT=comm.sleep, before its last bucket): every
 #    rank exits within comm.timeout_s (5 s here, the watchdog's 120 s far off), the message naming
 #    the gradient all-reduce and the time limit.
+# shellcheck source=tests/fault/lib.sh
 source "$(dirname "$0")/lib.sh"
 make_data
 long=(--set train.max_steps=60 --set train.batch_size=8 --set checkpoint.every_steps=0)

@@ -8,6 +8,7 @@
 #  2. with the environment the SLURM jobs get (env/mpi-env.sh, sourced by slurm/common.sh), two
 #     pretraining runs and a --verify read the shards concurrently, and both runs equal a run
 #     made alone.
+# shellcheck source=tests/fault/lib.sh
 source "$(dirname "$0")/lib.sh"
 make_data
 printf '#include <errno.h>\nint flock(int fd, int op) { (void)fd; (void)op; errno = ENOLCK; return -1; }\n' >"$work/noflock.c"

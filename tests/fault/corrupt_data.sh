@@ -6,13 +6,14 @@
 # is caught at the read, before the batch is trained on (HDF5's Fletcher32 on every chunk). Each
 # failure at start-up is recorded in the run's summary.json (status failed, the error).
 # `fnvlp-shard --verify` reports the same faults.
+# shellcheck source=tests/fault/lib.sh
 source "$(dirname "$0")/lib.sh"
 make_data
 shard=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['shards'][1]['file'])" "$work/shards/manifest.json")
-echo "  corrupting $shard (the second of $(ls "$work/shards" | grep -c '\.h5$') shards)"
+echo "  corrupting $shard (the second of $(find "$work/shards" -maxdepth 1 -name '*.h5' | wc -l) shards)"
 
 variant() {  # fresh copy of the dataset in $work/$1
-  rm -rf "$work/$1"
+  rm -rf "${work:?}/$1"
   cp -r "$work/shards" "$work/$1"
   data=$work/$1
 }

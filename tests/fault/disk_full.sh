@@ -7,6 +7,7 @@
 #  c. a tmpfs too small for two checkpoints: refused at start, before any step.
 # Usage: disk_full.sh BUILD VOCAB SOURCE [tmpfs]. Without `tmpfs`: a; with it: b and c, which need
 # root and mount: where no tmpfs can be mounted they say SKIPPED and exit 77 (ctest: skipped).
+# shellcheck source=tests/fault/lib.sh
 source "$(dirname "$0")/lib.sh"
 part=${4:-injected}
 mnt=$work/mnt
@@ -49,7 +50,7 @@ expect_failure pretrain --out "$mnt/b" --set checkpoint.every_steps=2 --set chec
 # size) refuses it, or a write hits ENOSPC and the save is rolled back.
 expect_output "not enough free disk space for the checkpoint of step [0-9]+|checkpoint of step [0-9]+ in .* failed; 'latest' still points to step-0000004"
 [ "$(check_latest "$mnt/b/checkpoints")" = step-0000004 ] || fail "latest moved"
-ls "$mnt/b/checkpoints" | grep -q '\.tmp$' && fail "an unfinished save was left behind"
+[ -z "$(find "$mnt/b/checkpoints" -maxdepth 1 -name '*.tmp')" ] || fail "an unfinished save was left behind"
 grep -E "failed|No space|free disk" "$work/out.txt" | head -3
 umount "$mnt"
 

@@ -6,6 +6,7 @@
 # comparison covers at least 50 steps after it, across two epoch boundaries (72 steps, 33 per
 # epoch).
 # (SIGKILL of the whole job and SIGUSR1 preemption: tests/integration/pretrain_run.sh.)
+# shellcheck source=tests/fault/lib.sh
 source "$(dirname "$0")/lib.sh"
 make_data
 common+=(--set train.max_steps=72)

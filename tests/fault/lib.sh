@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the fault tests (sourced): arguments, a tiny synthetic dataset, the pretrain command
 # line and assertions. Usage of every test: TEST.sh BUILD_DIR VOCAB SOURCE_DIR
 set -euo pipefail

@@ -3,6 +3,7 @@
 # step 3 (`step.oom`, the CPU analogue of CUDA's out-of-memory error, which gpu.oom injects on a
 # GPU): every rank exits 1; summary.json is `failed`, names the rank, the phase, the batch size,
 # the host memory in use and in total, and a hint; the log says the same.
+# shellcheck source=tests/fault/lib.sh
 source "$(dirname "$0")/lib.sh"
 make_data
 expect_failure env FNVLP_FAULT="step.oom:3:1" "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" \

@@ -7,6 +7,7 @@
 #    skipped step changes no weight, optimizer or GloFND state; the count survives a resume;
 #    N in a row end the run on every rank.
 # (The fault.* config knobs for the same faults: tests/integration/pretrain_run.sh.)
+# shellcheck source=tests/fault/lib.sh
 source "$(dirname "$0")/lib.sh"
 make_data
 
@@ -69,6 +70,7 @@ expect_output "watchdog: rank [01] made no progress for [0-9.]+ s \(limit 10.0 s
 expect_summary "$work/x" 4 "phase 'export embeddings'" 13 named
 
 echo "== SIGUSR1 to every rank during start-up: a stop request (checkpoint, exit 3), not death"
+# shellcheck disable=SC2030 # this run's fault only
 (
   export FNVLP_FAULT="startup.sleep:1:*:8"
   pretrain --out "$work/u"
@@ -110,6 +112,7 @@ expect_output "step 4: non-finite loss on at least one rank; optimizer step skip
 echo "== step.nan at step 4 with GloFND, a checkpoint every step: the skipped step changes no state"
 # Then rank 0 is killed at step 8 and the run resumes: skipped_steps survives the resume.
 ckpt=(--set negatives.method=glofnd --set checkpoint.every_steps=1 --set checkpoint.keep_last=20)
+# shellcheck disable=SC2031 # set here for what follows, not read from the subshell above
 export FNVLP_FAULT="step.nan:4:1,step.kill:8:0"
 expect_failure pretrain --out "$work/e" "${ckpt[@]}"
 unset FNVLP_FAULT

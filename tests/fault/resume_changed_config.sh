@@ -6,6 +6,7 @@
 #     method (negatives.method: GloFND's per-pair state would be read as another method's);
 #   noted: another learning rate resumes with one log line naming it, old -> new;
 #   free: another log_every resumes without that line.
+# shellcheck source=tests/fault/lib.sh
 source "$(dirname "$0")/lib.sh"
 make_data
 glofnd=(--set negatives.method=glofnd --set checkpoint.every_steps=6)

@@ -7,6 +7,7 @@
 # resume onto the second set runs: the model, optimizer and step are kept, GloFND's per-pair state
 # starts afresh (its update counts in the next checkpoint are those of the steps since), a new
 # epoch begins, and the log and summary.json say so. (Changed settings: resume_changed_config.sh.)
+# shellcheck source=tests/fault/lib.sh
 source "$(dirname "$0")/lib.sh"
 make_data
 "${mpirun[@]}" "$bin/data_prep/fnvlp-synth" --out "$work/synth2" --images 240 \

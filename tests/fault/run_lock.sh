@@ -7,6 +7,7 @@
 #     taken over with a warning naming the dead owner, and the resumed run equals the lone run.
 #  c. fnvlp-finetune into a run directory and fnvlp-eval onto a result file whose lock a live
 #     process holds: exit 2 naming it; once that process is gone, fnvlp-eval takes the lock over.
+# shellcheck source=tests/fault/lib.sh
 source "$(dirname "$0")/lib.sh"
 make_data
 common+=(--set checkpoint.every_steps=4)
@@ -76,6 +77,6 @@ kill "$holder"
 wait "$holder" 2>/dev/null || true
 "${eval_cmd[@]}" >"$work/eval.txt" 2>&1 || { tail -20 "$work/eval.txt"; fail "eval after the holder ended"; }
 expect_output "lock: took over $work/eval.json.lock from .*pid $holder on $host.*is not running" "$work/eval.txt"
-[ -s "$work/eval.json" ] && [ ! -e "$work/eval.json.lock" ] || fail "eval.json missing or its lock left"
+if [ ! -s "$work/eval.json" ] || [ -e "$work/eval.json.lock" ]; then fail "eval.json missing or its lock left"; fi
 echo "  fine-tuning and evaluation refused while pid $holder held them; eval took over after"
 echo "PASS"

@@ -3,6 +3,7 @@
 # while epoch 0's export sleeps (FNVLP_FAULT export.sleep, 6 s). The job finishes the export,
 # checkpoints and exits 3; `--resume auto` continues; epoch 0's export then exists whole (every
 # pair's row) and fnvlp-simstat reads it.
+# shellcheck source=tests/fault/lib.sh
 source "$(dirname "$0")/lib.sh"
 make_data
 # 1,080 pairs at 2 x 16: epoch 0 is 33 steps, its export runs after step 33.

@@ -8,12 +8,14 @@
 #     unknown to SLURM (ended) or when this job is its requeue (same id, next restart count);
 #  c. another host outside SLURM: held while its heartbeat is fresh, taken over after the lease;
 #     an owner that does not beat is held until cleared by hand (`fnvlp-lock clear --force`).
+# shellcheck source=tests/fault/lib.sh
 source "$(dirname "$0")/lib.sh"
 lockbin=$bin/jobs/fnvlp-lock
 host=$(hostname)
 export FNVLP_ROOT=$src FNVLP_BUILD_DIR=$bin FNVLP_SCALE=smoke
 # A shell that owns DIR and then sleeps, in its own process group (killed as a group below).
 own_and_sleep() {
+  # shellcheck disable=SC2016 # expanded by the inner shell
   setsid bash -c 'source "$FNVLP_ROOT/slurm/common.sh"; fnvlp_own_dir "$1"; sleep "$2"' task-owner "$1" "$2" \
     >"$work/own.txt" 2>&1 &
   for _ in $(seq 1 100); do
@@ -112,7 +114,7 @@ set +e
 "$lockbin" clear "$work/c" >"$work/out.txt" 2>&1
 rc=$?
 set -e
-[ "$rc" -eq 2 ] && [ -e "$work/c/owner.lock" ] || fail "clear without --force removed a live-looking lock"
+if [ "$rc" -ne 2 ] || [ ! -e "$work/c/owner.lock" ]; then fail "clear without --force removed a live-looking lock"; fi
 "$lockbin" clear "$work/c" --force >"$work/out.txt"
 [ ! -e "$work/c/owner.lock" ] || fail "clear --force left the lock"
 echo "  fresh heartbeat: held; past the lease: taken over; no heartbeat: held until clear --force"

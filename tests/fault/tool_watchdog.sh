@@ -3,6 +3,7 @@
 # each run a watchdog (--watchdog-s) beaten by their loops' progress reports; a rank stalled inside
 # one (FNVLP_FAULT progress.sleep on rank 1) ends the whole job with exit 4 within the limit, the
 # message naming a rank and the phase it last reported. Without the watchdog these jobs hang.
+# shellcheck source=tests/fault/lib.sh
 source "$(dirname "$0")/lib.sh"
 make_data
 

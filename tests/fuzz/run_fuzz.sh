@@ -10,7 +10,7 @@
 set -euo pipefail
 target=$(realpath "$1") corpus=$(realpath "$2") work=$(realpath -m "$3") seconds=${4:-30} runs=${5:--1}
 seed=${FNVLP_FUZZ_SEED:-1}
-[ -d "$corpus" ] && [ -n "$(ls -A "$corpus")" ] || { echo "FAIL: empty corpus $corpus"; exit 1; }
+if [ ! -d "$corpus" ] || [ -z "$(ls -A "$corpus")" ]; then echo "FAIL: empty corpus $corpus"; exit 1; fi
 rm -rf "$work"
 mkdir -p "$work/corpus"
 cp "$corpus"/* "$work/corpus/"
@@ -23,5 +23,5 @@ set +e
 rc=$?
 set -e
 tail -n 40 "$work/fuzz.log"
-echo "fuzz: $(basename "$target") seed $seed, limits ${runs} runs / ${seconds}s, from $(ls "$corpus" | wc -l) inputs, exit $rc"
+echo "fuzz: $(basename "$target") seed $seed, limits ${runs} runs / ${seconds}s, from $(find "$corpus" -mindepth 1 -maxdepth 1 | wc -l) inputs, exit $rc"
 exit "$rc"

@@ -3,8 +3,8 @@
 # points the programs at that machine's PyTorch and CUDA libraries, and runs the named parts:
 #   never_run: GPU.md's list "Never run on a GPU", first in a session that has a device: the
 #           unit tests' CUDA cases, the gpu cases of the methods in the static step and CUDA graphs
-#           (graphs_methods, graphs_shared, graphs_nan; graphs_nccl2 and nccl at 2 ranks say
-#           SKIPPED on one GPU); `kokkos` is the rest of that list
+#           (graphs_methods, graphs_shared, graphs_nan; graphs_nccl2, equivalence2, nccl_timeout
+#           and nccl at 2 ranks say SKIPPED on one GPU); `kokkos` is the rest of that list
 #   checks: the gpu ctest cases (golden step, equivalence, shared GPU, bf16, kill + resume, NCCL,
 #           profile, out of memory) and the unit tests' CUDA cases (*Cuda*: GPU state against
 #           the CPU's)
@@ -15,8 +15,18 @@
 #           (exactness of a whole job against the host, speed at N = 1M against the GEMM floor and
 #           PyTorch); sized for 5 minutes, each step under `timeout`, not yet run on a GPU
 # Results go to $OUT (gpu_checks.log, results.jsonl, ...). Usage: device_run.sh DIR PART...
+# An unknown part exits 2 before anything runs.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# The cases of gpu_pretrain.sh (tests/gpu/device_run_check.sh: each is in `checks` or `never_run`).
+cases="equivalence bf16 kill_resume shared_gpu no_cuda profile graphs graphs_resume graphs_nan sdpa oom graphs_methods graphs_shared graphs_nccl2 equivalence2 nccl_timeout"
+[ $# -ge 2 ] || { echo "usage: device_run.sh DIR PART... (never_run checks nccl bench kokkos or a case: $cases)" >&2; exit 2; }
+for part in "${@:2}"; do
+  case " never_run checks nccl bench kokkos $cases " in
+    *" $part "*) ;;
+    *) echo "device_run.sh: unknown part '$part' (never_run checks nccl bench kokkos or a case: $cases)" >&2; exit 2 ;;
+  esac
+done
 dir=$(cd "$1" && pwd)
 shift
 out=${OUT:-/tmp/fnvlp-device-out}
@@ -57,14 +67,11 @@ check() {  # NAME COMMAND...: runs one check, one summary line per check
 gpu_case() { check "gpu_$1" bash "$root/tests/gpu/gpu_pretrain.sh" "$1" "$bin" "$dir/vocab.txt" "$root"; }
 for part in "$@"; do
   case $part in
-  equivalence | bf16 | kill_resume | shared_gpu | no_cuda | profile | graphs | graphs_resume | \
-    graphs_nan | sdpa | oom | graphs_methods | graphs_shared | graphs_nccl2 | equivalence2 | \
-    nccl_timeout)
-    gpu_case "$part"
-    ;;
   never_run)
     check unit_cuda "$bin/tests/fnvlp_unit_tests" --gtest_filter='*Cuda*'
-    for c in graphs_methods graphs_shared graphs_nan graphs_nccl2; do gpu_case "$c"; done
+    for c in graphs_methods graphs_shared graphs_nan graphs_nccl2 equivalence2 nccl_timeout; do
+      gpu_case "$c"
+    done
     if [ "$(nvidia-smi -L | grep -c '^GPU')" -ge 2 ]; then
       check nccl_np2 mpirun --oversubscribe -np 2 "$bin/tests/mpi/fnvlp_nccl_tests"
     else
@@ -95,10 +102,7 @@ for part in "$@"; do
       "$kb/fnvlp-simstat" "$kb/bench_simstat" "$FNVLP_PYTHON"
     cat "$out/kokkos_bench.log"
     ;;
-  *)
-    echo "FAIL: unknown part $part" | tee -a "$out/gpu_checks.log"
-    status=1
-    ;;
+  *) gpu_case "$part" ;; # a case of gpu_pretrain.sh (checked above)
   esac
 done
 exit $status

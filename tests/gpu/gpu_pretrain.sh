@@ -196,7 +196,7 @@ nccl_timeout)
   rc=$?
   set -e
   elapsed=$(($(date +%s) - t0))
-  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { tail -20 "$work/a.txt"; fail "exit $rc"; }
+  if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then tail -20 "$work/a.txt"; fail "exit $rc"; fi
   expect "NCCL rank 0/2 \(cuda:[0-9]+\) [a-z_]+.*not done after 10 s" "$work/a.txt"
   "$py" - "$work/a" <<'PY'
 import json, sys
@@ -387,7 +387,7 @@ profile)
   dev=cuda
   links libtorch_cuda && nvidia-smi -L >/dev/null 2>&1 || dev=cpu
   # 2 ranks: only rank 0 writes. On one GPU they share it through MPI (NCCL refuses that).
-  prof=(--set train.max_steps=5 --set train.device=$dev --set comm.backend=mpi
+  prof=(--set train.max_steps=5 --set "train.device=$dev" --set comm.backend=mpi
     --set train.profile_start=2 --set train.profile_steps=2)
   if links 'libtorch_cpu.so.1\.'; then  # Debian's 1.13
     set +e

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154 # bin and vocab come from the sourcing script
 # Sourced by the integration scripts after they set `bin` (build dir) and `vocab`: a scratch
 # directory removed on exit, 2-rank mpirun, and synthetic data sharded the way every test needs.
 # Usage: source common.sh NAME   (NAME tags the scratch directory)

@@ -9,6 +9,7 @@
 set -euo pipefail
 bin=$1 vocab=$2 src=$3 shared=$4 train=$5 steps=${6:-300} k_test=${7:-4}
 flickr=$shared/data/flickr8k-128
+# shellcheck source=tests/integration/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" eval_flickr
 # The val split at the model's resolution: eval then reads pixels as they are.
 "${mpirun[@]}" "$bin/data_prep/fnvlp-shard" --input "$flickr/captions.json" --format albef \

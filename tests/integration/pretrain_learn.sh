@@ -9,6 +9,7 @@
 # every epoch end on its own (one record per epoch).
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
+# shellcheck source=tests/integration/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" learn
 synth_data "$work/synth" 400 5 8 3
 for split in train val; do shard_split "$work/synth" "$split" "$work/$split"; done

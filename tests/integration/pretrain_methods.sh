@@ -15,6 +15,7 @@
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
 py=/usr/bin/python3
+# shellcheck source=tests/integration/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" methods
 synth_data "$work/synth" 120 5 8 5
 shard_split "$work/synth" train "$work/shards" --shard-size 300

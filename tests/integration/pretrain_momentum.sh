@@ -9,6 +9,7 @@
 #  3. momentum with a negatives method is refused at start-up, saying why.
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
+# shellcheck source=tests/integration/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" momentum
 synth_data "$work/synth" 64 5 8 3
 shard_split "$work/synth" train "$work/shards" --shard-size 300

@@ -14,6 +14,7 @@
 #     warning that they run on fewer).
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
+# shellcheck source=tests/integration/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" pretrain
 synth_data "$work/synth" 240 5 8 3
 shard_split "$work/synth" train "$work/shards" --shard-size 300
@@ -56,7 +57,7 @@ pid=$!
 wait_metrics_lines "$work/y" 3
 kill -USR2 "$pid"
 wait "$pid" || fail "run exported on SIGUSR2 exited $?"
-[ "$(ls "$work/y/embeddings/"step-*.h5 | wc -l)" -eq 1 ] || fail "SIGUSR2 did not export exactly once"
+[ "$(find "$work/y/embeddings" -maxdepth 1 -name 'step-*.h5' | wc -l)" -eq 1 ] || fail "SIGUSR2 did not export exactly once"
 
 echo "== non-finite loss on rank 1 at step 4"
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/e" \

@@ -17,6 +17,7 @@
 #     device. (The methods in the static step: pretrain_static_methods.sh.)
 set -euo pipefail
 bin=$1 vocab=$2 src=$3 np=$4
+# shellcheck source=tests/integration/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" static
 mpirun=(mpirun --oversubscribe -np "$np")
 synth_data "$work/synth" 120 5 8 3
@@ -59,7 +60,7 @@ timeout 300 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$wor
   --set non_finite.max_consecutive=1 >"$work/abort.txt" 2>&1
 rc=$?
 set -e
-[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { tail -20 "$work/abort.txt"; fail "exit $rc"; }
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then tail -20 "$work/abort.txt"; fail "exit $rc"; fi
 grep -q "non-finite loss for 1 consecutive steps (last: step 2" "$work/abort.txt" ||
   { tail -20 "$work/abort.txt"; fail "no divergence message"; }
 
@@ -74,6 +75,7 @@ set -e
 run resumed --set train.max_steps=8 --set train.static_step=true --resume auto
 
 echo "== refusals"
+# shellcheck disable=SC2043 # one refusal today; the loop takes more
 for refused in "train.cuda_graphs=true:needs train.device=cuda"; do
   set +e
   timeout 300 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/refused" \

@@ -28,6 +28,7 @@
 set -euo pipefail
 bin=$1 vocab=$2 src=$3 np=$4
 py=/usr/bin/python3
+# shellcheck source=tests/integration/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" static_methods
 mpirun=(mpirun --oversubscribe -np "$np")
 # About 270 training pairs per rank at every rank count: 16 steps per epoch at 1, 2 and 4 ranks

@@ -6,6 +6,7 @@
 # layout exercise the lambda scatter and the mean +- std table.
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
+# shellcheck source=tests/integration/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" report
 py=/usr/bin/python3
 synth_data "$work/synth" 96 3 4 5
@@ -13,7 +14,7 @@ shard_split "$work/synth" train "$work/shards"
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" --config "$src/jobs/configs/tiny.yaml" --data "$work/shards" \
   --out "$work/run" --set train.batch_size=16 --set train.max_steps=6 --set train.log_every=1 \
   --set checkpoint.every_steps=0 >/dev/null
-emb=$(ls "$work/run/embeddings/"epoch-*.h5 | tail -1)
+emb=$(find "$work/run/embeddings" -maxdepth 1 -name 'epoch-*.h5' | sort | tail -1)
 
 echo "== simstat at 2 ranks"
 "${mpirun[@]}" "$bin/analysis/fnvlp-simstat" --embeddings "$emb" --out "$work/stats.h5" \
@@ -165,5 +166,5 @@ set +e
 out=$("$bin/analysis/fnvlp-report" --run "$work/run" --out "$work/rep4" 2>&1)
 rc=$?
 set -e
-[ "$rc" -ne 0 ] && echo "$out" | grep -q "metrics.jsonl: line 2" || fail "bad record not named: $out"
+if [ "$rc" -eq 0 ] || ! grep -q "metrics.jsonl: line 2" <<<"$out"; then fail "bad record not named: $out"; fi
 echo "report_run: OK"

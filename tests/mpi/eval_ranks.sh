@@ -70,6 +70,6 @@ out=$(timeout 120 "${mpirun[@]}" -np 2 "$bin/jobs/fnvlp-eval" --checkpoint "$wor
   --data "$work/val" --out "$work/x.json" 2>&1)
 rc=$?
 set -e
-[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "missing checkpoint: rc $rc"
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then fail "missing checkpoint: rc $rc"; fi
 echo "$out" | grep -q "nowhere" || fail "error does not name the checkpoint: $out"
 echo "eval_ranks: OK"
