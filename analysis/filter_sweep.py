@@ -13,11 +13,10 @@ Verdicts, as analysis/claims.py judges: "beats" when every seed's r_mean lies ab
 the baseline (unpaired) and, paired, when the arm is above the baseline on every seed it shares.
 """
 import argparse
-import json
 import os
 import statistics
 
-import claims as C
+import campaign_data as C
 
 
 def overrides(task):

@@ -26,7 +26,7 @@ import json
 import os
 import statistics
 
-import claims as C
+import campaign_data as C
 
 COLUMNS = ("ff_batch", "ff_export", "lam_err", "fnc_err", "f1_batch", "thr_mean")
 
