@@ -1,4 +1,6 @@
 // fnvlp-pretrain: ALBEF-style pretraining over MPI ranks (ARCHITECTURE.md §1, §5, §7).
+#include <algorithm>
+#include <cstring>
 #include <cxxopts.hpp>
 #include <iostream>
 
@@ -16,6 +18,7 @@ int main(int argc, char** argv) {
         fnvlp::train::PretrainOptions opt;
         std::vector<std::string> overrides;
         std::string resume_data;
+        bool print_config = false;
         cxxopts::Options cli("fnvlp-pretrain", "ALBEF-style pretraining (run under srun/mpirun)");
         // clang-format off
     cli.add_options()
@@ -27,10 +30,18 @@ int main(int argc, char** argv) {
       ("set", "override a config key: --set train.batch_size=64 (repeatable)",
        cxxopts::value(overrides))
       ("resume", "auto (newest committed checkpoint) or a checkpoint directory",
-       cxxopts::value(opt.resume));
+       cxxopts::value(opt.resume))
+      ("print-config", "print the resolved config (every key with its value after --config and "
+       "--set) as YAML and exit", cxxopts::value(print_config));
         // clang-format on
         fnvlp::add_resume_data_option(cli, resume_data);
-        const auto parsed = fnvlp::parse_cli(cli, argc, argv, comm, {"data", "out"});
+        // --print-config needs no data or run directory.
+        const bool printing = std::any_of(argv + 1, argv + argc, [](const char* a) {
+          return std::strcmp(a, "--print-config") == 0;
+        });
+        const auto parsed = fnvlp::parse_cli(
+            cli, argc, argv, comm,
+            printing ? std::vector<std::string>{} : std::vector<std::string>{"data", "out"});
         if (!parsed) return 0;
         opt.resume_on_changed_data = fnvlp::resume_on_changed_data(resume_data);
         std::vector<std::string> notes;
@@ -39,6 +50,10 @@ int main(int argc, char** argv) {
         if (comm.is_root())
           for (const auto& n : notes) std::cerr << "fnvlp-pretrain: " << n << "\n";
         opt.config_yaml = fnvlp::config::dump(fnvlp::config::to_yaml(cfg));
+        if (print_config) {
+          if (comm.is_root()) std::cout << opt.config_yaml;
+          return 0;
+        }
         // One job writes a run directory: another live owner is a usage error (exit 2).
         const auto owner = fnvlp::store::own_directory(comm, opt.run_dir);
         return fnvlp::train::run_pretraining(comm, cfg, opt);
