@@ -20,6 +20,8 @@ packages=(
   slurm-wlm munge lmod
   # script lint (tests: slurm.lint)
   shellcheck
+  # the report as a browser renders it (tests/integration/report_browser.sh in slurm.full_chain)
+  chromium
   # plots, benchmarks, reference scripts (Debian's python, not a venv)
   python3 python3-numpy python3-pil python3-h5py python3-matplotlib gnuplot-nox
   # the PyTorch twin of the pretraining benchmark (tests/bench/pytorch_albef.py; ~17 MB beside

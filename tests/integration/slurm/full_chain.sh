@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole chain as README command 1 runs it: `sbatch slurm/pretrain_4m.sh` at smoke scale,
 # shard -> pretrain -> simstat -> report -> finetune -> eval, every job COMPLETED, the report and
-# the evaluation JSON present. Needs fnvlp-simstat, fnvlp-report, fnvlp-finetune and fnvlp-eval.
+# the evaluation JSON present, the report rendered in a browser (tests/integration/report_browser.sh).
+# Needs fnvlp-simstat, fnvlp-report, fnvlp-finetune and fnvlp-eval.
 set -euo pipefail
 # shellcheck source=tests/integration/slurm/lib.sh
 source "$(dirname "$0")/lib.sh" "$1" "$2" full_chain
@@ -29,5 +30,8 @@ for k in ("txt_r1", "txt_r5", "txt_r10", "img_r1", "img_r5", "img_r10", "txt_r_m
     assert k in e and 0.0 <= e[k] <= 100.0, (k, e)
 print("eval: r_mean %.2f (ITC only %.2f)" % (e["r_mean"], e["itc_r_mean"]))
 PY
+# The report as a user sees it: rendered by headless Chromium, every image loaded, no console
+# message, the summary on the page.
+bash "$FNVLP_ROOT/tests/integration/report_browser.sh" "$FNVLP_WORK/run/report"
 echo "report: $FNVLP_WORK/run/report/report.html"
 echo PASS
