@@ -288,7 +288,7 @@ json modality_stats(std::unique_lock<std::mutex>& lock, hid_t f, const std::stri
   write_file(data / csv_name, scatter.str());
   const std::string shown =
       stride == 1 ? "every anchor"
-                  : "every " + std::to_string(stride) + "th of " + std::to_string(n) + " anchors";
+                  : "1 in " + std::to_string(stride) + " of " + std::to_string(n) + " anchors";
   plots.push_back({{"file", "lambda_vs_exact_" + s + ".png"},
                    {"kind", "scatter"},
                    {"csv", csv_name},
