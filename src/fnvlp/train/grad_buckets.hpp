@@ -61,6 +61,7 @@ class GradBuckets {
  private:
   struct Device;
   void ready(size_t param);
+  void launch_ready();
   void launch(size_t bucket);
 
   const Comm& comm_;

@@ -1,7 +1,6 @@
 #pragma once
-// The pretraining loop's class, shared by trainer.cpp (construction and the loop), step.cpp (the
-// eager step), static_step.cpp (the static step CUDA graphs replay) and trainer_state.cpp (epoch
-// ends, exports, checkpoints and resume). Private to train/.
+// The pretraining loop's class, shared by trainer.cpp (the loop and the step) and
+// trainer_state.cpp (epoch ends, exports, checkpoints and resume). Private to train/.
 #include <torch/torch.h>
 
 #include <functional>
