@@ -5,6 +5,7 @@ value of the other method, "not held" when every seed's lies on the other side, 
 "inconclusive at this spread".
 """
 import csv
+import gzip
 import json
 import math
 import os
@@ -50,11 +51,21 @@ def load_tasks(campaign):
     return out
 
 
+def open_log(path):
+    """A per-step log of a task: PATH as a campaign writes it, or PATH.gz as analysis/results keeps
+    it (campaign_results.py); None when neither exists."""
+    if os.path.exists(path):
+        return open(path)
+    if os.path.exists(path + ".gz"):
+        return gzip.open(path + ".gz", "rt")
+    return None
+
+
 def metrics(task):
-    path = os.path.join(task, "run", "metrics.jsonl")
-    if not os.path.exists(path):
+    f = open_log(os.path.join(task, "run", "metrics.jsonl"))
+    if f is None:
         return None
-    with open(path) as f:
+    with f:
         return [json.loads(line) for line in f if line.strip()]
 
 

@@ -8,9 +8,11 @@ the HTML report and its claims page from the copy alone: matrix.yaml, index.tsv,
 results.md, the report's claims.json and claims.md, and per task task.json, eval.json, stats.json
 (simstat's lambda-vs-exact summary), epoch_stats.jsonl (the same per epoch export, where the
 campaign ran with FNVLP_EPOCH_STATS=1), run/summary.json and run/metrics.jsonl without the per-phase
-timings. No checkpoints, embeddings or images.
+timings. The two per-step logs are kept gzipped (byte-stable: no name or time in the header);
+analysis/campaign_data.py reads either form. No checkpoints, embeddings or images.
 """
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -18,12 +20,21 @@ import sys
 
 TOP = ("matrix.yaml", "index.tsv", "results.csv", "results.md", "report/claims.md",
        "report/data/claims.json")
-PER_TASK = ("task.json", "eval.json", "stats.json", "epoch_stats.jsonl", "run/summary.json")
+PER_TASK = ("task.json", "eval.json", "stats.json", "run/summary.json")
+LOGS = ("epoch_stats.jsonl",)  # copied gzipped
 
 
 def copy(src, dst):
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     shutil.copyfile(src, dst)
+
+
+def gzip_text(path, text):
+    """PATH.gz holding `text`; mtime 0 and no file name, so equal text gives equal bytes."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".gz", "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
+                                                       mtime=0) as g:
+        g.write(text.encode())
 
 
 def main():
@@ -44,11 +55,15 @@ def main():
             p = os.path.join(tasks, task, name)
             if os.path.exists(p):
                 copy(p, os.path.join(out, "tasks", task, name))
+        for name in LOGS:
+            p = os.path.join(tasks, task, name)
+            if os.path.exists(p):
+                with open(p) as f:
+                    gzip_text(os.path.join(out, "tasks", task, name), f.read())
         src = os.path.join(tasks, task, "run", "metrics.jsonl")
         if os.path.exists(src):
-            dst = os.path.join(out, "tasks", task, "run", "metrics.jsonl")
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            with open(src) as f, open(dst, "w") as g:
+            lines = []
+            with open(src) as f:
                 for lineno, line in enumerate(f, 1):
                     if not line.strip():
                         continue
@@ -57,7 +72,8 @@ def main():
                     except ValueError as e:
                         sys.exit(f"campaign_results.py: {src}: line {lineno}: not JSON: {e}")
                     rec.pop("phase_ms", None)
-                    g.write(json.dumps(rec, sort_keys=True) + "\n")
+                    lines.append(json.dumps(rec, sort_keys=True) + "\n")
+            gzip_text(os.path.join(out, "tasks", task, "run", "metrics.jsonl"), "".join(lines))
         n += 1
     print(f"campaign_results.py: {n} tasks of {camp} -> {out}")
 

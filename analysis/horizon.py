@@ -33,10 +33,10 @@ COLUMNS = ("ff_batch", "ff_export", "lam_err", "fnc_err", "f1_batch", "thr_mean"
 
 def epoch_stats(task):
     """{epoch: simstat summary} of the task's epoch_stats.jsonl (the epoch its export names)."""
-    path = os.path.join(task, "epoch_stats.jsonl")
+    f = C.open_log(os.path.join(task, "epoch_stats.jsonl"))
     out = {}
-    if os.path.exists(path):
-        with open(path) as f:
+    if f is not None:
+        with f:
             for line in f:
                 if line.strip():
                     d = json.loads(line)

@@ -57,5 +57,7 @@ assert a == b, "the claims rebuilt from the results differ from the campaign's"
 big = [os.path.join(r, f) for r, _, fs in os.walk(sys.argv[3]) for f in fs
        if os.path.getsize(os.path.join(r, f)) > 200_000 or f.endswith((".h5", ".pt", ".png"))]
 assert not big, f"results hold large or binary files: {big}"
+logs = [f for _, _, fs in os.walk(sys.argv[3]) for f in fs if f.endswith(".jsonl")]
+assert not logs, f"per-step logs not gzipped in the results: {logs}"
 PY
 echo PASS
