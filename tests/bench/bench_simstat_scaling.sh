@@ -49,7 +49,7 @@ PY
     tail -n 1 "$cells"
   done
 done
-python3 - "$cells" "$out" "$D" "$CHAIN_RANKS" <<'PY'
+/usr/bin/python3 - "$cells" "$out" "$D" "$CHAIN_RANKS" <<'PY'
 import json, sys
 cells = [json.loads(l) for l in open(sys.argv[1])]
 d, chain = int(sys.argv[3]), int(sys.argv[4])
@@ -67,22 +67,11 @@ fit = [c for c in cells if c["n"] in big]
 cpp = sum(c["ns_per_pair2"] for c in fit) / len(fit) * 1e-9
 worst = max(abs(c["ns_per_pair2"] * 1e-9 / cpp - 1) for c in fit)
 # Memory per rank: rss = a + b N + e N / ranks (resident columns of every pair; the rank's own rows).
-A = [[1.0, float(c["n"]), c["n"] / c["ranks"]] for c in cells]
-y = [float(c["peak_rss_max"]) for c in cells]
-# Normal equations (3 x 3), solved by Gaussian elimination with partial pivoting.
-M = [[sum(r[i] * r[j] for r in A) for j in range(3)] + [sum(r[i] * v for r, v in zip(A, y))]
-     for i in range(3)]
-for i in range(3):
-    p = max(range(i, 3), key=lambda k: abs(M[k][i]))
-    M[i], M[p] = M[p], M[i]
-    for k in range(i + 1, 3):
-        f = M[k][i] / M[i][i]
-        M[k] = [u - f * w for u, w in zip(M[k], M[i])]
-x = [0.0] * 3
-for i in (2, 1, 0):
-    x[i] = (M[i][3] - sum(M[i][j] * x[j] for j in range(i + 1, 3))) / M[i][i]
-a, b, e = x
-res = max(abs(sum(u * w for u, w in zip(r, x)) - v) for r, v in zip(A, y))
+import numpy as np
+A = np.array([[1.0, c["n"], c["n"] / c["ranks"]] for c in cells])
+y = np.array([float(c["peak_rss_max"]) for c in cells])
+(a, b, e), *_ = np.linalg.lstsq(A, y, rcond=None)
+res = float(np.max(np.abs(A @ np.array([a, b, e]) - y)))
 print(f"time fit: {cpp * 1e9:.3f} ns x N^2 / ranks (cells at N = {big}; largest deviation {worst:.1%})")
 print(f"memory fit: {mb(a):.0f} MiB + {b:.1f} B x N + {e:.1f} B x N / ranks (largest residual {mb(res):.1f} MiB)")
 proj = []
