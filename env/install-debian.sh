@@ -27,6 +27,8 @@ packages=(
   # the PyTorch twin of the pretraining benchmark (tests/bench/pytorch_albef.py; ~17 MB beside
   # libtorch-dev)
   python3-torch python3-yaml
+  # its venv with PyPI's safetensors (env/install-python.sh; tests: weights.*)
+  python3-venv
 )
 
 missing=()

@@ -7,6 +7,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 export FNVLP_JOBS=${FNVLP_JOBS:-$cores}
 bash "$root/env/install-debian.sh"
+bash "$root/env/install-python.sh" >/dev/null
 bash "$root/env/build.sh"
 source "$root/env/mpi-env.sh"
 # Without arguments, the unit tests (label gtest) in one process first, in ctest's environment for

@@ -26,6 +26,9 @@ int main(int argc, char** argv) {
        cxxopts::value(config_paths))
       ("init", "pretrained checkpoint directory (weights and model config)",
        cxxopts::value(opt.init))
+      ("init-from", "weights of other projects instead (ALBEF_4M.pth, an fnvlp export; DeiT + "
+       "BERT files), safetensors or torch.save, into the config's model (repeatable)",
+       cxxopts::value(opt.init_from))
       ("data", "training shards", cxxopts::value(opt.data_dir))
       ("val", "validation shards, evaluated at every epoch end", cxxopts::value(opt.val_dir))
       ("out", "run directory", cxxopts::value(opt.run_dir))

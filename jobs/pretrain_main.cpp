@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
        cxxopts::value(overrides))
       ("resume", "auto (newest committed checkpoint) or a checkpoint directory",
        cxxopts::value(opt.resume))
+      ("init-from", "start from other projects' weights: DeiT/ViT (timm), BERT (Hugging Face) "
+       "or ALBEF files, safetensors or torch.save (repeatable: --init-from deit.pth --init-from "
+       "bert.safetensors); report in RUN/init_weights.json", cxxopts::value(opt.init_from))
       ("print-config", "print the resolved config (every key with its value after --config and "
        "--set) as YAML and exit", cxxopts::value(print_config));
         // clang-format on

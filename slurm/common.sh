@@ -154,6 +154,15 @@ fnvlp_step_overrides() {
 }
 
 # One line saying what fnvlp_step_overrides gives for DEVICE: the method, precision and step.
+# FNVLP_INIT's files, one per line; dies naming the first that is not a readable file.
+fnvlp_init_files() {
+  local f
+  for f in $FNVLP_INIT; do
+    if [ ! -f "$f" ] || [ ! -r "$f" ]; then fnvlp_die "FNVLP_INIT: $f is not a readable file"; fi
+    echo "$f"
+  done
+}
+
 fnvlp_step_summary() {
   local dev=$1 all precision=fp32 step=eager
   all=$(fnvlp_step_overrides "$dev" | tr '\n' ' ')
@@ -293,6 +302,11 @@ export FNVLP_PRETRAIN_SET=${FNVLP_PRETRAIN_SET:-}
 export FNVLP_FT_SET=${FNVLP_FT_SET:-}
 export FNVLP_FN_ALPHA=${FNVLP_FN_ALPHA:-0.01}
 export FNVLP_SEED=${FNVLP_SEED:-42}
+# Initial weights, as ALBEF's recipe (Pretrain.yaml: DeiT-B/16 for the image encoder,
+# bert-base-uncased for the text and fusion encoders): whitespace-separated files on the
+# cluster's disk, each passed as fnvlp-pretrain --init-from (README.md "Weights in and out").
+# Empty: random initialisation.
+export FNVLP_INIT=${FNVLP_INIT:-}
 # Requeues of one pretraining run (preemption, time limit) before it is failed instead: counted in
 # RUN/requeues.tsv, so a job that keeps being preempted without progress cannot loop forever.
 export FNVLP_MAX_REQUEUES=${FNVLP_MAX_REQUEUES:-20}
@@ -671,6 +685,10 @@ fnvlp_pretrain() {
   for kv in $(fnvlp_thread_overrides); do args+=(--set "$kv"); done
   [ -z "$FNVLP_STEPS" ] || args+=(--set "train.max_steps=$FNVLP_STEPS")
   [ -z "$FNVLP_BATCH" ] || args+=(--set "train.batch_size=$FNVLP_BATCH")
+  local f inits
+  inits=$(fnvlp_init_files) || exit 1
+  for f in $inits; do args+=(--init-from "$f"); done
+  fnvlp_log "initial weights: ${FNVLP_INIT:-random (FNVLP_INIT empty)}"
   [ -z "$FNVLP_WARMUP" ] || args+=(--set "optim.warmup_steps=$FNVLP_WARMUP")
   for kv in $FNVLP_PRETRAIN_SET; do args+=(--set "$kv"); done
 

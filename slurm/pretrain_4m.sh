@@ -32,6 +32,8 @@
 # FNVLP_METHOD (default falcon_glofnd: FALCON's batches with GloFND's per-anchor thresholds from
 # 40% of the FNVLP_EPOCHS=30 epochs; `none`: the preset alone), on GPUs in bf16 with the static
 # step in CUDA graphs (FNVLP_PRECISION, FNVLP_STEP_MODE=graphs|static|eager), on CPUs eager fp32.
+# ALBEF's initialisation: FNVLP_INIT="/path/deit_base_patch16_224.pth /path/bert-base-uncased.safetensors"
+# (fnvlp-pretrain --init-from; README.md "Weights in and out"); empty, random weights.
 #SBATCH --job-name=fnvlp-pretrain-4m
 #SBATCH --nodes=4
 #SBATCH --ntasks-per-node=8
@@ -75,6 +77,8 @@ if [ -z "${SLURM_JOB_ID:-}" ] && fnvlp_dry_run; then
   dev=cpu
   [ "$FNVLP_GPUS_PER_NODE" -eq 0 ] || dev=cuda
   fnvlp_log "dry run: $(fnvlp_step_summary "$dev")"
+  fnvlp_init_files >/dev/null
+  fnvlp_log "dry run: initial weights: ${FNVLP_INIT:-random (FNVLP_INIT empty)}"
   fnvlp_log "dry run: nothing submitted"
   exit 0
 fi

@@ -27,6 +27,7 @@ int run_finetuning(const Comm& comm, FinetuneConfig cfg, const FinetuneOptions& 
     cfg.model = store::open_pretrained(comm, opt.init);
     base.init_checkpoint = opt.init;
   }
+  base.init_from = opt.init_from;
   base.config_yaml = config::dump(config::to_yaml(cfg));
 
   std::unique_ptr<data::PairDataset> val;

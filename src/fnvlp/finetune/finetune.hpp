@@ -6,6 +6,7 @@
 // (eval.k_test candidates), and the best model by val r_mean is kept (store/best.hpp).
 // The one room that includes both train/ and eval/: each of them depends on neither.
 #include <string>
+#include <vector>
 
 #include "fnvlp/comm/comm.hpp"
 #include "fnvlp/eval/itm_eval.hpp"
@@ -26,6 +27,7 @@ struct FinetuneOptions {
   std::string data_dir, val_dir, run_dir, resume;
   bool resume_on_changed_data = false;  // train::PretrainOptions'
   std::string init;  // pretrained checkpoint directory (optional: without it, from scratch)
+  std::vector<std::string> init_from;  // other projects' weight files (store/weights_io.hpp)
 };
 
 // Collective. Returns the process exit code as run_pretraining does.

@@ -30,6 +30,7 @@
 #include "fnvlp/store/components.hpp"
 #include "fnvlp/store/pretrained.hpp"
 #include "fnvlp/store/run_dir.hpp"
+#include "fnvlp/store/weights_io.hpp"
 #include "fnvlp/train/batch_source.hpp"
 #include "fnvlp/train/embed_export.hpp"
 #include "fnvlp/train/failure.hpp"
@@ -143,6 +144,10 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
                                    opt.data_dir);
     load_pretrained_weights(comm_, opt.init_checkpoint, *model_);
   }
+  if (!opt.init_from.empty())
+    store::import_initial_weights(
+        comm_, opt.init_from, *model_,
+        (std::filesystem::path(opt.run_dir) / "init_weights.json").string());
   broadcast_module(comm_, *model_);
   model_->to(device_.device);
   params_ = model_->parameters();

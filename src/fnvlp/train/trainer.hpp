@@ -4,6 +4,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "fnvlp/comm/comm.hpp"
 #include "fnvlp/train/pretrain_config.hpp"
@@ -27,6 +28,10 @@ struct PretrainOptions {
   // Fine-tuning: model weights from this committed checkpoint (not its optimizer or step) before
   // the first step of a fresh run; a resumed run takes everything from its own checkpoint.
   std::string init_checkpoint;
+  // Weights of other projects before the first step (store/weights_io.hpp: DeiT/ViT, BERT, ALBEF
+  // in safetensors or torch.save files); after init_checkpoint when both are given. The report
+  // goes to RUN/init_weights.json.
+  std::vector<std::string> init_from;
   // Called on every rank at each epoch end and once when training completes (collective, under a
   // watchdog long phase). A non-empty returned object is logged to metrics.jsonl.
   std::function<nlohmann::json(model::AlbefImpl& model, int64_t epoch, int64_t step)> on_epoch_end;

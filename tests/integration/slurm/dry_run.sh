@@ -135,5 +135,19 @@ if FNVLP_METHOD=nosuch FNVLP_DRY_RUN=1 bash "$src/slurm/pretrain_4m.sh" >/dev/nu
 fi
 grep -q 'FNVLP_METHOD=nosuch: no jobs/configs/methods/nosuch.yaml' "$tmp/dry" ||
   { cat "$tmp/dry"; fail "pretrain_4m.sh: no reason for the unknown method"; }
-echo "pretrain_4m.sh: method, precision and step printed (GPUs, CPUs, another method; unknown refused)"
+FNVLP_DRY_RUN=1 bash "$src/slurm/pretrain_4m.sh" >/dev/null 2>"$tmp/dry" || fail "dry run failed"
+grep -qF 'dry run: initial weights: random (FNVLP_INIT empty)' "$tmp/dry" ||
+  { cat "$tmp/dry"; fail "pretrain_4m.sh: the initial weights not printed"; }
+: >"$tmp/deit.pth"
+: >"$tmp/bert.safetensors"
+FNVLP_INIT="$tmp/deit.pth $tmp/bert.safetensors" FNVLP_DRY_RUN=1 bash "$src/slurm/pretrain_4m.sh" \
+  >/dev/null 2>"$tmp/dry" || { cat "$tmp/dry"; fail "pretrain_4m.sh with FNVLP_INIT: dry run failed"; }
+grep -qF "dry run: initial weights: $tmp/deit.pth $tmp/bert.safetensors" "$tmp/dry" ||
+  { cat "$tmp/dry"; fail "pretrain_4m.sh: FNVLP_INIT not printed"; }
+if FNVLP_INIT="$tmp/nosuch.pth" FNVLP_DRY_RUN=1 bash "$src/slurm/pretrain_4m.sh" >/dev/null 2>"$tmp/dry"; then
+  fail "pretrain_4m.sh: a missing FNVLP_INIT file was accepted"
+fi
+grep -qF "FNVLP_INIT: $tmp/nosuch.pth is not a readable file" "$tmp/dry" ||
+  { cat "$tmp/dry"; fail "pretrain_4m.sh: no reason for the missing FNVLP_INIT file"; }
+echo "pretrain_4m.sh: method, precision and step printed (GPUs, CPUs, another method; unknown refused); FNVLP_INIT printed, a missing file refused"
 echo PASS
