@@ -11,6 +11,7 @@
 # Environment: PRESET (small), STEPS (24), BATCH (8), ROUNDS (2), RATE (empty; e.g. 10gbit: a
 # token-bucket rate limit (tc tbf; this kernel has no netem) on each node's link, the namespaces'
 # own veth, to emulate a slower network).
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bin=$(cd "$1" && pwd)

@@ -11,6 +11,7 @@
 # ratio is the overhead the exact reward costs with every kernel as fast as the step's.
 # Then the GloFND state memory per rank at N = 4,000,000 pairs and 8 ranks (bench_glofnd_memory).
 # Usage: tests/bench/bench_methods.sh [BUILD_DIR] [ROUNDS] [IMAGES]
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 # shellcheck source=tests/bench/methods_data.sh
 source "$(dirname "${BASH_SOURCE[0]}")/methods_data.sh"

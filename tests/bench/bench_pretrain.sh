@@ -30,6 +30,7 @@
 #   PARTS ("compute e2e": "compute" runs (a) and (a') only), FNVLP_TWIN_PY (above),
 #   BENCH_STEP (a built bench_step; default BUILD_DIR/tests/bench/bench_step, else it is compiled
 #   once into ${FNVLP_BENCH_CACHE:-/tmp}/fnvlp_bench_step with g++ against BUILD_DIR/libfnvlp.a).
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)

@@ -4,6 +4,7 @@
 # quantiles as the chain writes them), then the report's time, its own peak memory (its log) and
 # the peak of its process tree (GNU time: the plot script included).
 #   bash tests/bench/bench_report_memory.sh [BUILD_DIR]      env: NS ("4000000"), WORK
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build}

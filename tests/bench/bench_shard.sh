@@ -5,6 +5,7 @@
 # core, so the threaded run needs --bind-to none),
 # alternating the contenders over several rounds so machine noise hits them alike.
 # Usage: tests/bench/bench_shard.sh [BUILD_DIR] [IMAGE_SIZE] [ROUNDS]
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build}

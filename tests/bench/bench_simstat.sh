@@ -4,6 +4,7 @@
 # Env: N (65536), D (256), ALPHA (0.01), BIG_N (200000; 0 skips the peak-memory run (e)),
 # REAL (exported embeddings files to measure as well, space-separated), WORK (scratch directory),
 # REPEAT (runs of each side in (b) and (d), best taken; 3).
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build}

@@ -7,6 +7,7 @@
 # core: ranks (Serial), threads (OpenMP: Kokkos's kernels; OpenBLAS's GEMM), and checks that
 # every run wrote the same STATS.h5 values. Env: N (32768), D (256), ALPHA (0.01), REPEAT (2: best
 # of), WORK (scratch), THREADS (all cores).
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 serial=${1:?usage: bench_simstat_backends.sh SERIAL_BUILD OPENMP_BUILD}

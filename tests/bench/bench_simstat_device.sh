@@ -16,6 +16,7 @@
 #     PyTorch's.
 # Env: N (1048576), D (256), ALPHA (0.001), EXACT_N (16384), BIG (1: also N = 4,194,304), WORK,
 # STEP_TIMEOUT (seconds per step, 240).
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -uo pipefail
 simstat=${1:?usage: bench_simstat_device.sh SIMSTAT BENCH_SIMSTAT [PYTHON]}
 bench=${2:?usage: bench_simstat_device.sh SIMSTAT BENCH_SIMSTAT [PYTHON]}

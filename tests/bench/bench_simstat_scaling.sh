@@ -7,6 +7,7 @@
 # after another; each rank's peak resident memory comes from GNU time. Env: NS ("16384 32768 65536
 # 131072"), RANKS ("1 2"), D (256), ALPHA (0.01), CHAIN_RANKS (16: the chain's FNVLP_ANALYSIS_RANKS
 # at 4m), WORK (scratch), OUT (a JSON of every cell and the fit; WORK/scaling.json).
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build}

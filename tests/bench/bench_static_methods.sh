@@ -6,6 +6,7 @@
 # the logged windows of epoch 1 (the grouped epoch), then the median over rounds; the ratio static /
 # eager per method (goal: no method slower static than eager).
 # Usage: tests/bench/bench_static_methods.sh [BUILD_DIR] [ROUNDS] [IMAGES]
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 # shellcheck source=tests/bench/methods_data.sh
 source "$(dirname "${BASH_SOURCE[0]}")/methods_data.sh"

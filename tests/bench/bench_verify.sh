@@ -4,6 +4,7 @@
 # 1 and 2 ranks, alternating over ROUNDS, and prints the hashing time the job logs, the bytes
 # hashed and the start-to-exit wall time of each; one table, ratios in tests/bench/README.md.
 # Usage: tests/bench/bench_verify.sh [BUILD_DIR] [ROUNDS]
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build}

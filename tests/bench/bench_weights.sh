@@ -5,6 +5,7 @@
 # process after its model is built. Prints one table (seconds; resident set of the model alone;
 # peak during the import, both in MiB); results: tests/bench/results/weights_import.md.
 #   bash tests/bench/bench_weights.sh [BUILD_DIR] [WORK_DIR] [CONFIG]
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$src/build}

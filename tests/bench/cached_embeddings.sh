@@ -5,6 +5,7 @@
 # of the training steps and runs with the export off. Prints per run and grouped epoch the
 # in-batch same-label (known false-negative) rate and the q percentiles, and each run's wall time.
 #   bash tests/bench/cached_embeddings.sh BUILD [IMAGES=1000] [EPOCHS=4]
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 bin=$(cd "$1" && pwd) images=${2:-1000} epochs=${3:-4}
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

@@ -4,6 +4,7 @@
 # pretrained and the best fine-tuned model on the val split (1,000 images, 5,000 captions) with
 # ITC + ITM re-ranking. Figures in tests/bench/README.md.
 # Usage: flickr_retrieval.sh BUILD_DIR WORK_DIR [PRETRAIN_STEPS] [FINETUNE_STEPS] [K_TEST] [PRESET]
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 bin=$1 work=$2 pre_steps=${3:-600} ft_steps=${4:-300} k_test=${5:-16} preset=${6:-tiny}
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

@@ -31,6 +31,7 @@
 #            "glofnd fnc srcl hardening momentum falcon falcon_glofnd tcl"); SHARED 1: METHOD_CELL's
 #            uniform and METHODS at 2 ranks sharing the GPU (comm.backend=mpi), eager and graphs
 #   DEVICE   cuda (cpu: a dry run of the script), PYTHON (python3)
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bin=$1 vocab=$2 out=${3:-${OUT:-/tmp}}

@@ -52,6 +52,7 @@
 #   CPU dry run (PYTHON=/usr/bin/python3 for Debian's PyTorch 1.13: compiled cells skipped):
 #     FNVLP_TWIN_DEVICE=cpu FNVLP_TWIN_PRESETS=tiny FNVLP_TWIN_STEPS=2 FNVLP_TWIN_WARMUP=1 \
 #     FNVLP_TWIN_BIG_BATCH= bash tests/bench/gpu_twin.sh
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 py=${PYTHON:-python3}

@@ -5,6 +5,7 @@
 # telemetry (timings dropped). Two builds are compared with `diff -r OUT1 OUT2`: a refactor that
 # claims unchanged behaviour must leave every file identical.
 #   bash tests/bench/method_losses.sh BUILD OUT [NP]
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 bin=$(cd "$1" && pwd) out=$2 np=${3:-2}
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

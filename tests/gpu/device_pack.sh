@@ -7,6 +7,7 @@
 # (KOKKOS_BUILD, default build-gpu-kokkos-cuda where it exists: FNVLP_GPU=1 FNVLP_KOKKOS=cuda
 # env/build.sh), simstat's programs of that build.
 # Usage: tests/gpu/device_pack.sh [BUILD_DIR (build-gpu)] [DIR]   Then: tests/gpu/device_run.sh DIR
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=$(cd "${1:-$root/build-gpu}" && pwd)

@@ -16,6 +16,7 @@
 #           PyTorch); sized for 5 minutes, each step under `timeout`, not yet run on a GPU
 # Results go to $OUT (gpu_checks.log, results.jsonl, ...). Usage: device_run.sh DIR PART...
 # An unknown part exits 2 before anything runs.
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # The cases of gpu_pretrain.sh (tests/gpu/device_run_check.sh: each is in `checks` or `never_run`).
