@@ -52,8 +52,8 @@ class WeightFile {
     if (magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4)
       open_torch();
     else if (static_cast<unsigned char>(magic[0]) == 0x80)
-      FNVLP_FAIL(path << ": a torch.save file in the legacy (pre-1.6) format, which libtorch "
-                         "cannot read: save it again with torch >= 1.6 (zip format) or as "
+      FNVLP_FAIL(path << ": a torch.save file in the legacy (pre-1.6) format, which fnvlp does "
+                         "not read: save it again with torch >= 1.6 (zip format) or as "
                          "safetensors");
     else
       open_safetensors();
