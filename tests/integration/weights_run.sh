@@ -60,7 +60,7 @@ PY
 
 echo "== hostile and mismatched files"
 head -c 5000 "$work/w/albef.pth" >"$work/cut.pth"
-for f in "$work/cut.pth" "$work/w/../w/deit.pth"; do
+for f in "$work/cut.pth" "$work/w/deit.pth"; do
   set +e
   "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/c" --init-from "$f" \
     --set model.vision_width=64 >"$work/c.out" 2>&1
