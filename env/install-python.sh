@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Python the weight tests and examples run on (tests/golden/weights_python.sh, README.md
+# The Python the weight tests and examples run on (tests/golden/weights_python.sh, USAGE.md
 # "Weights in and out"): a virtual environment over Debian's python3 (its torch, numpy, h5py
 # from env/install-debian.sh) with PyPI's safetensors, under ${FNVLP_PY_PREFIX:-~/.cache/fnvlp/py}
 # (outside the checkout, so fresh clones and CI reuse it). Prints the interpreter's path on its

@@ -153,7 +153,6 @@ fnvlp_step_overrides() {
   fi
 }
 
-# One line saying what fnvlp_step_overrides gives for DEVICE: the method, precision and step.
 # FNVLP_INIT's files, one per line; dies naming the first that is not a readable file.
 fnvlp_init_files() {
   local f
@@ -163,6 +162,7 @@ fnvlp_init_files() {
   done
 }
 
+# One line saying what fnvlp_step_overrides gives for DEVICE: the method, precision and step.
 fnvlp_step_summary() {
   local dev=$1 all precision=fp32 step=eager
   all=$(fnvlp_step_overrides "$dev" | tr '\n' ' ')
@@ -304,7 +304,7 @@ export FNVLP_FN_ALPHA=${FNVLP_FN_ALPHA:-0.01}
 export FNVLP_SEED=${FNVLP_SEED:-42}
 # Initial weights, as ALBEF's recipe (Pretrain.yaml: DeiT-B/16 for the image encoder,
 # bert-base-uncased for the text and fusion encoders): whitespace-separated files on the
-# cluster's disk, each passed as fnvlp-pretrain --init-from (README.md "Weights in and out").
+# cluster's disk, each passed as fnvlp-pretrain --init-from (USAGE.md "Weights in and out").
 # Empty: random initialisation.
 export FNVLP_INIT=${FNVLP_INIT:-}
 # Requeues of one pretraining run (preemption, time limit) before it is failed instead: counted in

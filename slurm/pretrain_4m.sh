@@ -33,7 +33,7 @@
 # 40% of the FNVLP_EPOCHS=30 epochs; `none`: the preset alone), on GPUs in bf16 with the static
 # step in CUDA graphs (FNVLP_PRECISION, FNVLP_STEP_MODE=graphs|static|eager), on CPUs eager fp32.
 # ALBEF's initialisation: FNVLP_INIT="/path/deit_base_patch16_224.pth /path/bert-base-uncased.safetensors"
-# (fnvlp-pretrain --init-from; README.md "Weights in and out"); empty, random weights.
+# (fnvlp-pretrain --init-from; USAGE.md "Weights in and out"); empty, random weights.
 #SBATCH --job-name=fnvlp-pretrain-4m
 #SBATCH --nodes=4
 #SBATCH --ntasks-per-node=8

@@ -8,7 +8,7 @@ checks the other (tests/golden/make_weights.py, check_export.py):
   ALBEF           visual_encoder.*, text_encoder.bert.*, text_encoder.cls.*, the heads, temp
 
 to_* take the twin's state_dict and return a new one; from_albef inverts to_albef (how a user loads
-fnvlp's export, docs in README.md "Weights in and out").
+fnvlp's export, docs in USAGE.md "Weights in and out").
 """
 import torch
 import torch.nn.functional as F

@@ -2,7 +2,7 @@
 """ctest weights.export_twin: the safetensors file fnvlp exported (test_weights_io.cpp's
 RoundTripIsBitwiseAndKeepsAlbefNames, ALBEF's names) loads into the PyTorch twin through
 albef_names.from_albef with strict=True, and the twin then computes the ITC similarities and ITM
-logits of make_weights.py's reference batch: the way README.md "Weights in and out" tells a
+logits of make_weights.py's reference batch: the way USAGE.md "Weights in and out" tells a
 PyTorch user to load an export.
 
     python check_export.py DIR     (DIR: make_weights.py's --out, holding export.safetensors)
