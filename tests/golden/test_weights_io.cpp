@@ -165,6 +165,29 @@ TEST(WeightsImport, AlbefCheckpointMatchesTheTwinEverywhere) {
   EXPECT_NEAR(m->temp().item<double>(), 0.05, 1e-7);
 }
 
+// make_weights.py's ALBEF file holds momentum copies equal to the online weights + 0.01.
+TEST(WeightsImport, AlbefMomentumCopyIntoAMomentumModel) {
+  model::Albef online(model_config(), 3), m(model_config(), 5);
+  store::import_weights({wfile("albef.pth")}, *online);
+  const auto report = store::import_weights({wfile("deit.safetensors"), wfile("albef.pth")}, *m,
+                                            store::WeightsCopy::kMomentum);
+  EXPECT_EQ(std::set<std::string>(report.left_at_init.begin(), report.left_at_init.end()),
+            (std::set<std::string>{"itm_head.weight", "itm_head.bias", "temp"}))
+      << "ALBEF's momentum model has no ITM head or temperature";
+  EXPECT_TRUE(contains(report.files.at(1).unused, "visual_encoder.pos_embed"));
+  EXPECT_EQ(report.files.at(0).unused.size(),
+            store::read_safetensors_header(wfile("deit.safetensors")).tensors.size())
+      << "nothing of DeiT's file goes into a momentum model";
+  const auto a = online->named_parameters(), b = m->named_parameters();
+  size_t checked = 0;
+  for (const auto& [p, src] : report.loaded) {
+    EXPECT_NE(src.find("_m."), std::string::npos) << p << " <- " << src;
+    EXPECT_LT((b[p] - a[p] - 0.01).abs().max().item<double>(), 1e-6) << p;
+    ++checked;
+  }
+  EXPECT_EQ(checked, a.size() - 3);
+}
+
 TEST(WeightsImport, TwinStateDictInFnvlpNames) {
   model::Albef m(model_config(), 3);
   const auto report = store::import_weights({wfile("twin_state_dict.pt")}, *m);

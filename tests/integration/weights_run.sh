@@ -7,7 +7,9 @@
 #     run at learning rate 0 whose checkpoint fnvlp-export writes back: every tensor of the
 #     ALBEF file's model equals the export's, bit for bit, through import, broadcast, a step,
 #     a checkpoint and the export;
-#  3. a truncated file and a file of another width end every rank with exit 2 and a message
+#  3. with momentum distillation, the momentum model takes the ALBEF file's momentum copy
+#     (RUN/init_weights_momentum.json), the online model its online weights;
+#  4. a truncated file and a file of another width end every rank with exit 2 and a message
 #     naming the file (no rank left waiting).
 set -euo pipefail
 bin=$1 vocab=$2 src=$3
@@ -56,6 +58,30 @@ assert mine <= set(out), sorted(mine - set(out))[:5]
 diff = [k for k in mine if not torch.equal(albef[k], out[k])]
 assert not diff, f"{len(diff)} tensors differ, e.g. {diff[:3]}"
 print(f"export: {len(mine)} ALBEF tensors bitwise equal after import, a step at lr 0, export")
+PY
+
+echo "== ALBEF checkpoint with momentum distillation: the momentum model from its momentum copy"
+"${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/m" \
+  --init-from "$work/w/albef.pth" --set loss.soft_targets=momentum --set loss.queue_size=32
+# The same online weights without momentum copies (the twin's own state dict): the momentum
+# model is then the online one's copy, and step 1's ITC (momentum keys) must differ.
+"${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --out "$work/n" \
+  --init-from "$work/w/twin_state_dict.pt" --set loss.soft_targets=momentum --set loss.queue_size=32
+/usr/bin/python3 - "$work/m" "$work/n" <<'PY'
+import json, sys
+def itc(run):
+    return [json.loads(l) for l in open(run + "/metrics.jsonl") if '"itc"' in l][0]["itc"]
+r = json.load(open(sys.argv[1] + "/init_weights_momentum.json"))
+n = json.load(open(sys.argv[2] + "/init_weights_momentum.json"))
+assert not n["loaded"] and len(n["left_at_init"]) == 91, "a file without momentum copies gave some"
+assert itc(sys.argv[1]) != itc(sys.argv[2]), "the momentum copy did not reach the momentum model"
+assert sorted(r["left_at_init"]) == ["itm_head.bias", "itm_head.weight", "temp"], r["left_at_init"]
+src = r["loaded"]["visual_encoder.pos_embed"]
+assert src.endswith("visual_encoder_m.pos_embed"), src
+online = json.load(open(sys.argv[1] + "/init_weights.json"))
+assert not online["left_at_init"] and "visual_encoder_m.pos_embed" in online["files"][0]["unused"]
+print(f"momentum model: {len(r['loaded'])} parameters from the momentum copy; step-1 ITC "
+      f"{itc(sys.argv[1]):.4f} against {itc(sys.argv[2]):.4f} with the online copy")
 PY
 
 echo "== hostile and mismatched files"

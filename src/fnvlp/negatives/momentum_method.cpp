@@ -4,8 +4,10 @@
 
 #include <filesystem>
 
+#include "fnvlp/comm/tensors.hpp"
 #include "fnvlp/model/autocast.hpp"
 #include "fnvlp/store/checkpoint.hpp"
+#include "fnvlp/store/weights_io.hpp"
 
 namespace fnvlp::negatives {
 
@@ -22,6 +24,18 @@ MomentumMethod::MomentumMethod(const MethodEnv& env, double momentum, int64_t qu
   for (auto& p : model_m_->parameters()) p.requires_grad_(false);
   queue_ = FeatureQueue(queue_size_, env_.model_config.embed_dim);
   queue_->to(env_.device);
+}
+
+void MomentumMethod::init_from(const std::vector<std::string>& files,
+                               const std::string& report_path) {
+  // Through a host copy, as the online model: rank 0 imports, the broadcast gives every rank its
+  // weights.
+  model::Albef host(env_.model_config);
+  copy_module(*host, *model_m_);
+  store::import_initial_weights(env_.comm, files, *host, report_path,
+                                store::WeightsCopy::kMomentum);
+  broadcast_module(env_.comm, *host);
+  copy_module(*model_m_, *host);
 }
 
 // Keys = [all-gathered momentum features ; queue]. No gradient reaches the keys, so no cross-rank

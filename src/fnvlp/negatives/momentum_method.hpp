@@ -13,6 +13,11 @@ class MomentumMethod : public Method {
  public:
   // The momentum model starts equal to the (broadcast) online model (ALBEF copy_params).
   MomentumMethod(const MethodEnv& env, double momentum, int64_t queue_size);
+  // Collective (fnvlp-pretrain --init-from): ALBEF checkpoints among `files` give the momentum
+  // model their momentum copy (store::WeightsCopy::kMomentum: rank 0 reads, every rank gets it);
+  // what they lack stays the copy of the online model. ALBEF's queues are not loaded: their
+  // features belong to other data, and this queue's keys carry this dataset's image ids.
+  void init_from(const std::vector<std::string>& files, const std::string& report_path);
   std::string name() const override { return "momentum"; }
   bool needs_pair_ids() const override { return true; }
   bool build_itc(StepContext& s, loss::ItcInputs& in) override;

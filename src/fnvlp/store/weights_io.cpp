@@ -169,9 +169,11 @@ const char* layout_name(Layout l) {
 struct Names {
   Layout layout = Layout::kFnvlp;
   std::string vis, bert, cls;  // prefixes of the vision encoder, BERT and its MLM head
+  bool momentum = false;       // ALBEF's momentum copy (the heads' names end in _m)
+  bool none = false;           // the file holds nothing for the model asked for
 };
 
-Names detect(const WeightFile& f) {
+Names detect(const WeightFile& f, WeightsCopy copy) {
   auto any = [&](auto pred) {
     for (const auto& n : f.names())
       if (pred(n)) return true;
@@ -207,6 +209,16 @@ Names detect(const WeightFile& f) {
                            "ALBEF, fnvlp); the first: "
                         << first.str());
   }
+  if (copy == WeightsCopy::kMomentum) {
+    r.momentum = true;
+    r.none = r.layout != Layout::kAlbef ||
+             !any([](auto& n) { return starts_with(n, "visual_encoder_m."); });
+    r.vis = "visual_encoder_m.";
+    r.bert = any([](auto& n) { return starts_with(n, "text_encoder_m.bert."); })
+                 ? "text_encoder_m.bert."
+                 : "text_encoder_m.";
+    r.cls = "text_encoder_m.cls.";
+  }
   return r;
 }
 
@@ -238,6 +250,7 @@ std::vector<std::string> split(const std::string& s) {
 // has no counterpart (BERT's cross-attention, DeiT's text side).
 std::optional<Recipe> recipe_for(const Names& n, const std::string& p,
                                  const model::ModelConfig& cfg) {
+  if (n.none) return std::nullopt;
   if (n.layout == Layout::kFnvlp)
     return Recipe{{p}, false, p == "visual_encoder.pos_embed" ? Kind::kVisionPos : Kind::kPlain};
   const bool vision = n.layout == Layout::kTimmVit || n.layout == Layout::kAlbef;
@@ -297,6 +310,9 @@ std::optional<Recipe> recipe_for(const Names& n, const std::string& p,
     return Recipe{{n.cls + "predictions.transform.LayerNorm." + parts[1]}, true};
   if (parts[0] == "mlm_bias") return Recipe{{n.cls + "predictions.bias"}, true};
   if (n.layout != Layout::kAlbef) return std::nullopt;
+  if (n.momentum && (parts[0] == "vision_proj" || parts[0] == "text_proj"))
+    return Recipe{{parts[0] + "_m." + parts[1]}};
+  if (n.momentum) return std::nullopt;  // ALBEF's momentum model has no ITM head or temperature
   if (parts[0] == "vision_proj" || parts[0] == "text_proj" || parts[0] == "itm_head" ||
       parts[0] == "temp")
     return Recipe{{p}};
@@ -338,13 +354,14 @@ torch::Tensor interpolate_pos_embed(const torch::Tensor& src, int64_t num_patche
 
 }  // namespace
 
-WeightsImportReport import_weights(const std::vector<std::string>& files, model::AlbefImpl& model) {
+WeightsImportReport import_weights(const std::vector<std::string>& files, model::AlbefImpl& model,
+                                   WeightsCopy copy) {
   const model::ModelConfig& cfg = model.config();
   std::vector<WeightFile> opened;
   std::vector<Names> names;
   for (const auto& f : files) {
     opened.emplace_back(f);
-    names.push_back(detect(opened.back()));
+    names.push_back(detect(opened.back(), copy));
   }
   WeightsImportReport report;
   std::vector<std::set<std::string>> used(opened.size());
@@ -431,7 +448,7 @@ WeightsImportReport import_weights(const std::vector<std::string>& files, model:
     WeightsImportReport::FileReport fr{opened[i].path(), layout_name(names[i].layout), {}};
     for (const auto& n : opened[i].names())
       if (!used[i].count(n)) fr.unused.push_back(n);
-    FNVLP_CHECK(used[i].size() > 0,
+    FNVLP_CHECK(used[i].size() > 0 || copy == WeightsCopy::kMomentum,
                 opened[i].path() << " (" << fr.layout << "): no tensor in it fits this model");
     report.files.push_back(std::move(fr));
   }
@@ -478,12 +495,14 @@ std::string WeightsImportReport::summary() const {
 }
 
 void import_initial_weights(const Comm& comm, const std::vector<std::string>& files,
-                            model::AlbefImpl& model, const std::string& report_path) {
+                            model::AlbefImpl& model, const std::string& report_path,
+                            WeightsCopy copy) {
   std::string error;
   if (comm.is_root()) {
     try {
-      const WeightsImportReport report = import_weights(files, model);
-      spdlog::info("init weights: {}", report.summary());
+      const WeightsImportReport report = import_weights(files, model, copy);
+      spdlog::info("init weights{}: {}", copy == WeightsCopy::kMomentum ? " (momentum model)" : "",
+                   report.summary());
       if (!report_path.empty()) write_file_atomic(report_path, report.to_json());
     } catch (const std::exception& e) {
       error = e.what();

@@ -45,15 +45,22 @@ struct WeightsImportReport {
   std::string summary() const;            // a few lines for the log
 };
 
+// Which model of a file to read: the online one, or ALBEF's momentum copy (visual_encoder_m.*,
+// text_encoder_m.*, vision_proj_m, text_proj_m; ALBEF's momentum model has no ITM head or
+// temperature) into a momentum model. Files without momentum copies give it nothing.
+enum class WeightsCopy { kOnline, kMomentum };
+
 // Loads every file into `model` (CPU, float32 parameters); throws fnvlp::Error naming the file,
 // tensor and reason before any parameter is changed.
-WeightsImportReport import_weights(const std::vector<std::string>& files, model::AlbefImpl& model);
+WeightsImportReport import_weights(const std::vector<std::string>& files, model::AlbefImpl& model,
+                                   WeightsCopy copy = WeightsCopy::kOnline);
 
 // Collective (fnvlp-pretrain / fnvlp-finetune --init-from): rank 0 imports `files` into its
 // model, logs the report's summary and writes the whole report to `report_path` (if not empty);
 // a failure is a UsageError (exit 2) on every rank. The caller broadcasts the weights.
 void import_initial_weights(const Comm& comm, const std::vector<std::string>& files,
-                            model::AlbefImpl& model, const std::string& report_path);
+                            model::AlbefImpl& model, const std::string& report_path,
+                            WeightsCopy copy = WeightsCopy::kOnline);
 
 // Writes the model's parameters to a safetensors file in ALBEF's names (model_pretrain.py's
 // ALBEF: visual_encoder.*, text_encoder.bert.*, text_encoder.cls.predictions.* with the tied

@@ -27,6 +27,7 @@
 #include "fnvlp/model/autocast.hpp"
 #include "fnvlp/negatives/fn_rate.hpp"
 #include "fnvlp/negatives/grouped_sampler.hpp"
+#include "fnvlp/negatives/momentum_method.hpp"
 #include "fnvlp/store/components.hpp"
 #include "fnvlp/store/pretrained.hpp"
 #include "fnvlp/store/run_dir.hpp"
@@ -168,6 +169,11 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
       comm_, model_, cfg_.model, partition_, augment_, dataset_.num_pairs(), cfg_.train.batch_size,
       cfg_.train.epochs, static_cast<uint64_t>(cfg_.train.seed), device_.device, bf16()});
   methods_ = make_methods(cfg_, *env_);
+  if (!opt.init_from.empty())  // ALBEF checkpoints carry the momentum model's own weights too
+    for (auto& m : methods_)
+      if (auto* mm = dynamic_cast<negatives::MomentumMethod*>(m.get()))
+        mm->init_from(opt.init_from,
+                      (std::filesystem::path(opt.run_dir) / "init_weights_momentum.json").string());
   for (auto& m : methods_)
     if (m->sampler()) sampler_ = m->sampler();
   if (!sampler_) {
