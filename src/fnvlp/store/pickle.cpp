@@ -1,8 +1,8 @@
 #include "fnvlp/store/pickle.hpp"
 
 #include <cstring>
+#include <deque>
 #include <map>
-#include <memory>
 #include <unordered_map>
 
 #include "fnvlp/core/error.hpp"
@@ -22,7 +22,9 @@ int pickled_element_size(const std::string& storage_type) {
 namespace {
 
 struct Value;
-using V = std::shared_ptr<Value>;
+// Values live in the machine's arena: a pickle may make a list that contains itself (APPEND of
+// a memo entry), which reference counting would leak.
+using V = Value*;
 
 struct Value {
   enum Kind {
@@ -48,12 +50,6 @@ struct Value {
   std::vector<std::pair<V, V>> dict;
   PickledTensor tensor;  // kStorage: storage, storage_type, storage_numel; kTensor: all but name
 };
-
-V make(Value::Kind k) {
-  auto v = std::make_shared<Value>();
-  v->kind = k;
-  return v;
-}
 
 // The pickle machine over data.pkl's bytes.
 class Unpickler {
@@ -273,6 +269,11 @@ class Unpickler {
   }
 
  private:
+  V make(Value::Kind k) {
+    arena_.emplace_back();
+    arena_.back().kind = k;
+    return &arena_.back();
+  }
   std::string where() const { return file_ + ": data.pkl at byte " + std::to_string(pos_) + ": "; }
   std::string take(size_t n) {
     FNVLP_CHECK(n <= b_.size() - pos_, where() << "pickle ends inside an opcode");
@@ -334,7 +335,7 @@ class Unpickler {
     FNVLP_CHECK(
         c->kind == k || (k == Value::kDict && c->kind == Value::kObject),
         where() << "item added to a value that is not a " << (k == Value::kDict ? "dict" : "list"));
-    return c.get();
+    return c;
   }
   // ('storage', torch.XStorage, key, location, numel)
   V persistent(const V& pid) {
@@ -407,13 +408,15 @@ class Unpickler {
   std::vector<V> stack_;
   std::vector<size_t> marks_;
   std::unordered_map<uint64_t, V> memo_;
+  std::deque<Value> arena_;  // stable addresses, freed with the machine
 };
 
 }  // namespace
 
 std::vector<PickledTensor> read_pickled_state_dict(const std::string& file,
                                                    const std::string& bytes) {
-  const V root = Unpickler(file, bytes).run();
+  Unpickler machine(file, bytes);
+  const V root = machine.run();
   const auto is_dict = [](const V& v) { return v && v->kind == Value::kDict; };
   FNVLP_CHECK(is_dict(root), file << ": torch.save file holds no dict of tensors");
   V sd = root;
