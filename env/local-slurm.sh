@@ -14,6 +14,8 @@
 # namespaces, the veth pairs and the bridge.
 #
 #   env/local-slurm.sh start    start what is not running; reuse a healthy cluster (idempotent)
+#                               after a crash (daemons gone without `stop`: a killed session, a
+#                               reboot) it cancels the jobs the dead cluster left unfinished
 #   env/local-slurm.sh stop     stop the daemons this script started (idempotent)
 #   env/local-slurm.sh status   exit 0 when the controller answers and the node takes jobs
 #   env/local-slurm.sh env      print the export line clients need (SLURM_CONF)
@@ -57,12 +59,16 @@ client_conf() {
   else echo "$conf"; fi
 }
 
-# pid from a pid file, if that process is alive.
+# pid from a pid file, if that process is alive (a zombie is not: a killed daemon stays one
+# until init reaps it).
 live_pid() {
-  local f=$1 pid
+  local f=$1 pid st
   [ -s "$f" ] || return 1
   pid=$(cat "$f")
-  kill -0 "$pid" 2>/dev/null && echo "$pid"
+  kill -0 "$pid" 2>/dev/null || return 1
+  st=$(ps -o stat= -p "$pid" 2>/dev/null) || return 1
+  case "$st" in Z*) return 1 ;; esac
+  echo "$pid"
 }
 
 # Healthy = controller answers and every node is in a state that runs jobs.
@@ -285,6 +291,9 @@ start() {
     die "SLURM_CONF=$SLURM_CONF points at a cluster that is not healthy; unset it to start the local one"
   fi
   mkdir -p "$dir"
+  # The marker lives from start to stop: found at start, the previous daemons died without stop.
+  local crashed=0
+  [ -f "$dir/run/started" ] && ! live_pid "$dir/run/slurmctld.pid" >/dev/null && crashed=1
   write_conf
   [ "$nodes" -eq 1 ] || start_net
   start_munge
@@ -309,7 +318,31 @@ start() {
   healthy || die "cluster not healthy after start (node state '$state'); logs in $dir/log"
   srun --mpi=list 2>&1 | grep -q pmix ||
     die "srun --mpi=list does not offer pmix (MpiDefault=pmix); install slurm-wlm's pmix plugin"
+  [ "$crashed" -eq 0 ] || cancel_orphans
+  mkdir -p "$dir/run"
+  date -u +%FT%TZ >"$dir/run/started"
   log "started: $(sinfo -h -o '%P %D %c CPUs %m MiB %t' | head -1); export SLURM_CONF=$conf"
+}
+
+# The controller recovers a crashed cluster's jobs from its state: a running job whose processes
+# died with the daemons would hold its node until its time limit, and pending ones would start
+# for callers that are gone. Cancel them (job ids still continue from the saved state).
+cancel_orphans() {
+  local ids
+  ids=$(squeue -h -t PD,CF,R,CG,S -o '%i' 2>/dev/null | paste -sd ' ' || true)
+  if [ -z "$ids" ]; then
+    log "the previous cluster under $dir died without stop; it left no unfinished jobs"
+    return 0
+  fi
+  # shellcheck disable=SC2086 # one id per word
+  scancel $ids || true
+  local n
+  for _ in $(seq 1 60); do
+    n=$(squeue -h -t PD,CF,R,S -o '%i' 2>/dev/null | wc -l)
+    [ "$n" -eq 0 ] && break
+    sleep 0.5
+  done
+  log "the previous cluster under $dir died without stop: cancelled its unfinished jobs $ids; resubmit what still matters"
 }
 
 stop() {
@@ -333,6 +366,7 @@ stop() {
     log "stopped munged ($pid)"
   fi
   if [ "$nodes" -gt 1 ]; then stop_net; fi
+  rm -f "$dir/run/started"
   [ "$stopped" -eq 1 ] || log "nothing of ours was running under $dir"
 }
 

@@ -31,6 +31,42 @@ if [ "$SLURM_CONF" = "${FNVLP_SLURM_DIR:-/var/tmp/fnvlp-slurm}/etc/slurm.conf" ]
   after=$(job_id)
   [ "$after" -gt "$before" ] || fail "job id $after after the restart, $before before it"
   echo "job ids across the restart: $before, then $after"
+  # A crash (every daemon and job process killed, as when a session or machine goes away) leaves a
+  # running job and a pending one in the saved state; the next start cancels both, so the node is
+  # free at once instead of held until the dead job's time limit.
+  dir=${FNVLP_SLURM_DIR:-/var/tmp/fnvlp-slurm}
+  held=$(sbatch --parsable -c "$(sinfo -h -o %c | head -1)" --time=30 --output=/dev/null --wrap='sleep 1797')
+  queued=$(sbatch --parsable -c 1 --time=30 --output=/dev/null --wrap='sleep 1798')
+  for _ in $(seq 1 60); do
+    [ "$(squeue -h -j "$held" -o %t)" = R ] && break
+    sleep 0.5
+  done
+  [ "$(squeue -h -j "$held" -o %t)" = R ] || fail "job $held did not start"
+  [ "$(squeue -h -j "$queued" -o %t)" = PD ] || fail "job $queued is not pending behind $held"
+  # The controller saves its job state a moment after a change: crash after that save, as a crash
+  # of a cluster that ran a while does.
+  t_state=$(date +%s)
+  for _ in $(seq 1 120); do
+    [ "$(stat -c %Y "$dir/state/job_state")" -gt "$t_state" ] && break
+    sleep 0.5
+  done
+  kill -KILL "$(cat "$dir/run/slurmctld.pid")" "$(cat "$dir/run/slurmd.pid")" "$(cat "$dir/munge/munged.pid")"
+  pkill -KILL -f "slurmstepd: \[$held\." || true
+  pkill -KILL -f 'sleep 1797' || true
+  sleep 1
+  bash "$ls" start | tee /tmp/fnvlp-slurm-start3.$$
+  grep -q "cancelled its unfinished jobs.*$held" /tmp/fnvlp-slurm-start3.$$ ||
+    fail "start after a crash did not cancel the dead cluster's jobs"
+  rm -f /tmp/fnvlp-slurm-start3.$$
+  for j in "$held" "$queued"; do
+    st=$(scontrol show job "$j" | grep -o 'JobState=[A-Z]*')
+    [ "$st" = JobState=CANCELLED ] || fail "job $j after the crash: $st"
+  done
+  t0=$(date +%s)
+  third=$(timeout 60 sbatch --parsable --wait --output=/dev/null --wrap=true | cut -d';' -f1) ||
+    fail "a new job did not run within 60 s of the restart after a crash"
+  [ "$third" -gt "$queued" ] || fail "job id $third after the crash, $queued before it"
+  echo "after a crash: jobs $held (running) and $queued (pending) cancelled; job $third ran in $(($(date +%s) - t0)) s"
 else
   echo "a cluster of $SLURM_CONF is in use: stop/start of the local one not exercised"
 fi
