@@ -169,17 +169,6 @@ torch::Tensor apply(const torch::Tensor& images_in, const std::vector<ImageOp>& 
 
 }  // namespace
 
-torch::Tensor Augmenter::normalize255(const torch::Tensor& x) {
-  float scale[3], shift[3];
-  for (int c = 0; c < 3; ++c) {
-    scale[c] = static_cast<float>(1.0 / (255.0 * kImageStd[c]));
-    shift[c] = static_cast<float>(-kImageMean[c] / kImageStd[c]);
-  }
-  const auto s = torch::from_blob(scale, {1, 3, 1, 1}, torch::kFloat);
-  const auto t = torch::from_blob(shift, {1, 3, 1, 1}, torch::kFloat);
-  return torch::addcmul(t, x, s).contiguous();
-}
-
 torch::Tensor Augmenter::eval(const torch::Tensor& images) const {
   check_images(images);
   const int64_t S = images.size(1);

@@ -53,10 +53,6 @@ class Augmenter {
   // uint8 [b, S, S, 3] -> float [b, 3, image_res, image_res]: bilinear resize + normalisation.
   torch::Tensor eval(const torch::Tensor& images) const;
 
-  // float [b, 3, H, W] with values in 0..255 -> (x / 255 - mean) / std (for callers with float
-  // images of their own; train/eval normalise inside their fused loop).
-  static torch::Tensor normalize255(const torch::Tensor& x);
-
   const AugmentConfig& config() const { return config_; }
   int64_t image_res() const { return image_res_; }
 

@@ -37,7 +37,6 @@ class BlockPartition {
   int64_t num_pairs() const { return num_pairs_; }
   int ranks() const { return ranks_; }
   int64_t min_block_size() const { return num_pairs_ / ranks_; }
-  int64_t max_block_size() const { return (num_pairs_ + ranks_ - 1) / ranks_; }
 
  private:
   int64_t num_pairs_;

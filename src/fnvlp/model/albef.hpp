@@ -231,7 +231,6 @@ class AlbefImpl : public torch::nn::Module {
   int64_t num_parameters() const;
   // The decoder weight of the MLM head: the very tensor of the word embeddings (tied).
   const torch::Tensor& mlm_decoder_weight() const;
-  const torch::Tensor& word_embedding_weight() const { return mlm_decoder_weight(); }
 
  private:
   void init_weights(uint64_t seed);

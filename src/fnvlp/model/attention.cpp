@@ -273,8 +273,6 @@ void set_attention_kernel(AttentionKernel kernel) {
   chosen_kernel = kernel;
 }
 
-AttentionKernel attention_kernel() { return chosen_kernel; }
-
 torch::Tensor materialised_attention(const torch::Tensor& q, const torch::Tensor& k,
                                      const torch::Tensor& v, const torch::Tensor& additive_mask,
                                      double p, bool training, int64_t key_align) {

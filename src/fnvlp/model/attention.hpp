@@ -34,7 +34,6 @@ FNVLP_CONFIG_ENUM(AttentionKernel, (kAuto, "auto"), (kSdpa, "sdpa"),
 
 // Process-wide choice (train.attention); throws for sdpa without a libtorch that has it.
 void set_attention_kernel(AttentionKernel kernel);
-AttentionKernel attention_kernel();
 // True when this libtorch has at::scaled_dot_product_attention (>= 2.0).
 bool sdpa_built();
 

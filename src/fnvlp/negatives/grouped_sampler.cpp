@@ -146,13 +146,6 @@ void GroupedSampler::set_embeddings(int64_t epoch, const torch::Tensor& img,
   emb_fingerprint_ = fingerprint(img_, txt_);
 }
 
-void GroupedSampler::clear_embeddings() {
-  img_ = torch::Tensor();
-  txt_ = torch::Tensor();
-  emb_epoch_ = -1;
-  emb_fingerprint_ = 0;
-}
-
 void GroupedSampler::build_order() { order_ = space_order(seed_, epoch_, block_); }
 
 void GroupedSampler::start_epoch(int64_t epoch) {

@@ -97,8 +97,6 @@ class GroupedSampler : public data::Sampler {
   // − 1): float [block.size(), E], row k = pair block().begin + k, L2-normalised. Copied (to the
   // CPU). Call between epochs (not while a Prefetcher runs this sampler).
   void set_embeddings(int64_t epoch, const torch::Tensor& img, const torch::Tensor& txt);
-  void clear_embeddings();
-  int64_t embeddings_epoch() const { return emb_epoch_; }  // -1: none
 
   void start_epoch(int64_t epoch) override;
   bool next(std::vector<int64_t>& pair_ids) override;
@@ -115,9 +113,6 @@ class GroupedSampler : public data::Sampler {
 
   int64_t uniform_batches_per_epoch() const { return uniform_.batches_per_epoch(); }
   int64_t grouped_batches_per_epoch() const;
-  int64_t batches_in_epoch(bool grouped) const {
-    return grouped ? grouped_batches_per_epoch() : uniform_batches_per_epoch();
-  }
 
   // Batches left in the current epoch (a uniform one: its UniformSampler's).
   int64_t batches_remaining() const {

@@ -158,29 +158,6 @@ void load_archive(const std::string& path, LoadFn&& use) {
   }
 }
 
-std::string to_hex(const std::vector<uint8_t>& bytes) {
-  static const char* kHex = "0123456789abcdef";
-  std::string out(2 * bytes.size(), '0');
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    out[2 * i] = kHex[bytes[i] >> 4];
-    out[2 * i + 1] = kHex[bytes[i] & 15];
-  }
-  return out;
-}
-
-std::vector<uint8_t> from_hex(const std::string& hex, const std::string& context) {
-  FNVLP_CHECK(hex.size() % 2 == 0, context << ": odd-length hex string");
-  auto nibble = [&](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    FNVLP_FAIL(context << ": invalid hex digit '" << c << "'");
-  };
-  std::vector<uint8_t> out(hex.size() / 2);
-  for (size_t i = 0; i < out.size(); ++i)
-    out[i] = static_cast<uint8_t>(nibble(hex[2 * i]) * 16 + nibble(hex[2 * i + 1]));
-  return out;
-}
-
 }  // namespace
 
 // --- names and verification ---------------------------------------------------------------------
@@ -611,49 +588,6 @@ uint64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
     return size;
   });
   return n;
-}
-
-RngState capture_rng(std::map<std::string, uint64_t> counters) {
-  RngState state;
-  state.counters = std::move(counters);
-  auto gen = at::detail::getDefaultCPUGenerator();
-  torch::Tensor t;
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    t = gen.get_state();
-  }
-  t = t.contiguous();
-  const auto* p = t.data_ptr<uint8_t>();
-  state.torch_cpu.assign(p, p + t.numel());
-  return state;
-}
-
-void restore_rng(const RngState& state) {
-  FNVLP_CHECK(!state.torch_cpu.empty(), "restore_rng: no torch generator state");
-  torch::Tensor t = torch::empty({static_cast<int64_t>(state.torch_cpu.size())}, torch::kUInt8);
-  std::memcpy(t.data_ptr<uint8_t>(), state.torch_cpu.data(), state.torch_cpu.size());
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(t);
-}
-
-void save_rng(const std::string& dir, const std::string& name, const RngState& state) {
-  json counters = json::object();
-  for (const auto& [k, v] : state.counters) counters[k] = v;
-  save_json(dir, name, {{"torch_cpu_generator", to_hex(state.torch_cpu)}, {"counters", counters}});
-}
-
-RngState load_rng(const std::string& dir, const std::string& name) {
-  const json j = load_json(dir, name);
-  const std::string ctx = join_path(dir, name + ".json");
-  RngState state;
-  try {
-    state.torch_cpu = from_hex(j.at("torch_cpu_generator").get<std::string>(), ctx);
-    for (const auto& [k, v] : j.at("counters").items()) state.counters[k] = v.get<uint64_t>();
-  } catch (const json::exception& e) {
-    FNVLP_FAIL(ctx << ": not an RNG state: " << e.what());
-  }
-  return state;
 }
 
 void save_json(const std::string& dir, const std::string& name, const json& value) {

@@ -78,7 +78,7 @@ struct CheckpointInfo {
 
 // "step-0000042" (7 digits, more once a step needs them).
 std::string step_dir_name(int64_t step);
-// Name of rank R's copy of a per-rank file: "rank-R.NAME" (e.g. rank-3.rng.json).
+// Name of rank R's copy of a per-rank file: "rank-R.NAME" (e.g. rank-3.sampler.json).
 std::string rank_file(const std::string& name, int rank);
 
 // Local check of one checkpoint directory: "" when it is committed and intact, else the reason.
@@ -165,17 +165,6 @@ template <typename M>
 uint64_t module_bytes(const torch::nn::ModuleHolder<M>& module) {
   return module_bytes(*module);
 }
-
-// Random state of one process: torch's default CPU generator (augmentation, dropout, masking)
-// plus named uint64 states of our counter-based generators.
-struct RngState {
-  std::vector<uint8_t> torch_cpu;
-  std::map<std::string, uint64_t> counters;
-};
-RngState capture_rng(std::map<std::string, uint64_t> counters = {});
-void restore_rng(const RngState& state);  // sets torch's default CPU generator
-void save_rng(const std::string& dir, const std::string& name, const RngState& state);
-RngState load_rng(const std::string& dir, const std::string& name);
 
 // Trainer state (step, epoch, sampler cursor and permutation, schedule ...).
 void save_json(const std::string& dir, const std::string& name, const nlohmann::json& value);

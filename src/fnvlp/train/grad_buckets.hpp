@@ -61,7 +61,6 @@ class GradBuckets {
  private:
   struct Device;
   void ready(size_t param);
-  void launch_ready();
   void launch(size_t bucket);
 
   const Comm& comm_;
