@@ -1,6 +1,7 @@
 #pragma once
-// The pretraining loop's class, shared by trainer.cpp (the loop and the step) and
-// trainer_state.cpp (epoch ends, exports, checkpoints and resume). Private to train/.
+// The pretraining loop's class, shared by trainer.cpp (construction and the loop), step.cpp (the
+// eager step), static_step.cpp (the static step CUDA graphs capture) and trainer_state.cpp (epoch
+// ends, exports, checkpoints and resume). Private to train/.
 #include <torch/torch.h>
 
 #include <functional>
@@ -115,7 +116,7 @@ class Trainer {
     return false;
   }
 
-  // One optimizer step (or a skipped one), read top to bottom. Returns this rank's losses.
+  // One optimizer step (or a skipped one), read top to bottom (step.cpp); this rank's losses.
   StepLosses train_step(const data::Batch& batch);
 
   // --- The static step (static_step.cpp): the same training step with shapes that do not change
