@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Final job of a campaign (afterany on the whole array: it runs whatever the tasks' outcome):
 # CAMPAIGN/results.csv and results.md (one row per cell of CAMPAIGN/index.tsv, i.e. of every
-# submission into the campaign: method, seed, txt_r1 .. r_mean, status;
+# submission into the campaign: method, seed, txt_r1 .. r_mean, where present class_txt_r1,
+# class_img_r1, class_r_mean (labelled data) and probe_accuracy (FNVLP_EVAL_PROBE), status;
 # a task without eval.json is a failed cell, marked with its job state; then mean +- std per
 # method over the seeds that succeeded), then fnvlp-report --campaign CAMPAIGN --out
 # CAMPAIGN/report (with the claims page of analysis/claims.py: report/claims.md). Job states come
@@ -69,6 +70,8 @@ def job_state(rec):
     idx = rec["index"] if sub == "-" else sub_index.get((sub, rec["method"], rec["seed"]))
     return state.get((sub, idx), "no job state")
 keys = ["txt_r1", "txt_r5", "txt_r10", "img_r1", "img_r5", "img_r10", "txt_r_mean", "img_r_mean", "r_mean"]
+# Columns a cell has where its data allow: class-level retrieval (labelled data) and the probe.
+extra_keys = ["class_txt_r1", "class_img_r1", "class_r_mean", "probe_accuracy"]
 rows, failed = [], []
 with open(os.path.join(camp, "index.tsv")) as f:
     for rec in csv.DictReader(f, delimiter="\t"):
@@ -81,6 +84,7 @@ with open(os.path.join(camp, "index.tsv")) as f:
                 raise ValueError(f"lacks {missing}")
             row.update({k: float(e[k]) for k in keys}, status="ok",
                        source="fnvlp-eval" if e.get("reranked", True) else "pretrain-val-itc")
+            row.update({k: float(e[k]) for k in extra_keys if k in e})
         except (OSError, ValueError) as err:
             # A failed cell: marked with the task's job state, never dropped.
             st = job_state(rec)
@@ -92,6 +96,10 @@ with open(os.path.join(camp, "index.tsv")) as f:
             failed.append(f"task {rec['index']} ({rec['method']}, seed {rec['seed']}): {st}; "
                           f"{path}: {err}")
         rows.append(row)
+present = [k for k in extra_keys if any(k in r for r in rows)]
+for r in rows:
+    r.update({k: "" for k in present if k not in r})
+keys = keys + present
 with open(os.path.join(camp, "results.csv"), "w", newline="") as f:
     w = csv.DictWriter(f, fieldnames=["method", "seed"] + keys + ["status", "source"],
                        extrasaction="ignore")
@@ -114,7 +122,7 @@ for m in dict.fromkeys(r["method"] for r in rows):
     g = [r for r in rows if r["method"] == m and r["status"] == "ok"]
     cells = []
     for k in keys:
-        v = [r[k] for r in g]
+        v = [r[k] for r in g if r[k] != ""]
         if not v:
             cells.append("-")
             continue

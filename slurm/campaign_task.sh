@@ -69,9 +69,13 @@ if [ "${FNVLP_EPOCH_STATS:-0}" = 1 ] && fnvlp_have_or_skip fnvlp-simstat; then
   fnvlp_log "per-epoch thresholds (alpha $alpha, FNC batch $fnc_batch): $task/epoch_stats.jsonl"
 fi
 
+# FNVLP_EVAL_PROBE=1 (labelled data): also a linear probe on the frozen ViT features, trained on
+# the training split's images, tested on the evaluation split's.
+probe=()
+[ "${FNVLP_EVAL_PROBE:-0}" != 1 ] || probe=(--probe --probe-train "$FNVLP_SHARDS_FT_TRAIN")
 if fnvlp_have_or_skip fnvlp-eval; then
   fnvlp_run_ranks "$FNVLP_ANALYSIS_RANKS" "$(fnvlp_bin fnvlp-eval)" --checkpoint "$FNVLP_RUN/checkpoints/latest" \
-    --data "$FNVLP_SHARDS_FT_VAL" --out "$task/eval.json" --k-test "$FNVLP_K_TEST"
+    --data "$FNVLP_SHARDS_FT_VAL" --out "$task/eval.json" --k-test "$FNVLP_K_TEST" "${probe[@]}"
 else
   # No fnvlp-eval: the run's last zero-shot validation record (ITC only, no ITM re-ranking),
   # labelled as such in eval.json and in the results table.

@@ -5,7 +5,7 @@
 # above the per-anchor (1-alpha)-quantile are treated as false negatives).
 # shellcheck disable=SC2034  # read by the scripts that source this file
 FNVLP_METHODS=(uniform grit_q1 grit_q05 grit_q0 hardening softening fnc glofnd srcl tcl falcon
-  falcon_glofnd glofnd_exact)
+  falcon_glofnd glofnd_exact oracle)
 
 # Prints one key=value per line for METHOD: its overlay jobs/configs/methods/METHOD.yaml (the
 # same file `fnvlp-pretrain --config BASE --config OVERLAY` layers), flattened to --set keys, with

@@ -123,7 +123,8 @@ methods=("uniform:" "glofnd:--set negatives.method=glofnd --set negatives.alpha=
 arms=("falcon_glofnd:--set sampler.kind=falcon --set negatives.method=glofnd --set negatives.alpha=0.05 --set negatives.glofnd.init=0.5 --set negatives.glofnd.lr=0.3 --set train.export_embeddings=true"
   "grit_fnc_tcl:--set sampler.kind=grit --set sampler.grit.schedule=hardening --set negatives.method=fnc --set negatives.alpha=0.05 --set loss.tcl.enabled=true --set train.export_embeddings=true"
   "momentum:--set loss.soft_targets=momentum --set loss.queue_size=40"
-  "srcl:--set negatives.method=srcl")
+  "srcl:--set negatives.method=srcl" "oracle:--set negatives.method=oracle"
+  "glofnd_epoch:--set negatives.method=glofnd --set negatives.alpha=0.05 --set negatives.glofnd.init=0.5 --set negatives.glofnd.lr=0.3 --set negatives.glofnd.bias_correction=epoch")
 # static_vs_graphs NP STEPS ARGS...: per arm, the static step without and with CUDA graphs,
 # bitwise (deterministic), at NP ranks.
 static_vs_graphs() {

@@ -26,6 +26,7 @@ from math import comb, sqrt
 e, k_test = json.load(open(sys.argv[1])), int(sys.argv[2])
 ni, nt = e["images"], e["pairs"]
 assert (ni, nt, e["k_test"], e["ranks"]) == (1000, 5000, k_test, 2), (ni, nt, e["k_test"], e["ranks"])
+assert not any(k.startswith("class_") for k in e), "class-level retrieval on unlabelled Flickr8k"
 for p in ("", "itc_"):
     for d in ("txt", "img"):
         r = [e[f"{p}{d}_r{k}"] for k in (1, 5, 10)]

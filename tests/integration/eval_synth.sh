@@ -49,6 +49,18 @@ for e in (pre, ft):
 assert ft["r_mean"] > 1.5 * chance, "ITM re-ranked retrieval of the fine-tuned model near chance"
 assert ft["itc_r_mean"] > pre["itc_r_mean"], "retrieval fine-tuning did not improve ITC retrieval"
 assert pre["probe_accuracy"] > 2 * pre["probe_chance"], "linear probe not far above chance"
+# Class-level retrieval (8 classes): a query's own image or caption is of its class, so every
+# image-level hit is a class-level hit; all 40 images and 200 captions are labelled queries; a
+# random ranking hits the class at R@1 about 1/8 of the time, the trained model far more often.
+for e in (pre, ft):
+    assert (e["class_queries_images"], e["class_queries_texts"]) == (40, 200), e
+    for p in ("", "itc_"):
+        for d in ("txt", "img"):
+            for k in (1, 5, 10):
+                assert e[f"{p}{d}_r{k}"] <= e[f"class_{p}{d}_r{k}"] <= 100, (p, d, k, e)
+    assert e["class_itc_img_r1"] > 2 * 100 / 8, "class-level image retrieval not above chance"
+print("class-level: ITM txt R@1 %.1f img R@1 %.1f r_mean %.1f | ITC r_mean %.1f"
+      % (pre["class_txt_r1"], pre["class_img_r1"], pre["class_r_mean"], pre["class_itc_r_mean"]))
 assert len(val) == 1 and val[0]["val_k_test"] == 16, val
 assert abs(best["value"] - val[0]["val_r_mean"]) < 1e-9 and best["step"] == val[0]["step"]
 # The best checkpoint evaluated at k_test 32 differs from the per-epoch k_test 16 only by re-ranking.

@@ -4,6 +4,7 @@
 #   glofnd  filters negatives once λ has learned; λ is exported with the embeddings; its state is
 #           restored on resume with ANOTHER rank count (2 -> 1) exactly;
 #   fnc     filters about ceil(alpha * negatives) per anchor;
+#   oracle  removes exactly the same-label negatives (precision and recall 1), refuses unlabelled data;
 #   srcl    with a frozen helper (the uniform run's checkpoint) and without one;
 #   tcl     logs finite IMC and LMI losses;
 #   grit / falcon samplers (sampler.kind) log their hardness quantiles and the in-batch
@@ -136,6 +137,29 @@ PY
 
 run fnc --set negatives.method=fnc --set negatives.alpha=0.05
 check fnc 'all(0 < r["filtered_frac_i2t"] < 0.1 for r in m)' "FNC filters ceil(alpha * n_neg) per anchor"
+
+run oracle --set negatives.method=oracle
+check oracle 'all(r["fn_precision"] == 1 and r["fn_recall"] == 1 and r["filtered_frac_i2t"] > 0 for r in m)' \
+  "the oracle removes exactly the same-label negatives"
+# Without labels the oracle is undefined: refused on every rank (exit 2, no rank left waiting),
+# naming the data. The same captions with their "label" keys removed.
+"$py" - "$work/synth/captions.json" "$work/nolabel.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for e in (d if isinstance(d, list) else d.get("annotations", d)):
+    e.pop("label", None)
+json.dump(d, open(sys.argv[2], "w"))
+PY
+"${mpirun[@]}" "$bin/data_prep/fnvlp-shard" --input "$work/nolabel.json" --image-root "$work/synth" \
+  --split-file "$work/synth/splits.json" --split train --vocab "$vocab" --out "$work/shards_nolabel" \
+  --image-size 64 --shard-size 300 >/dev/null
+rc=0
+timeout 120 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --data "$work/shards_nolabel" \
+  --out "$work/oracle_nolabel" --set negatives.method=oracle >"$work/oracle_nolabel.log" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "oracle on unlabelled data: exit $rc (expected a refusal)"
+grep -q "negatives.method=oracle needs every pair's class label.*shards_nolabel" "$work/oracle_nolabel.log" ||
+  fail "oracle on unlabelled data: no named error in $work/oracle_nolabel.log"
+echo "ok   the oracle refuses unlabelled data (exit $rc) naming it"
 
 run srcl --set negatives.method=srcl --set negatives.srcl.helper="$work/uniform/checkpoints/latest"
 check srcl 'm[0]["srcl_helper_weight"] > m[-1]["srcl_helper_weight"] >= 0' "SRCL's helper weight decays"

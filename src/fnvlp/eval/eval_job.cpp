@@ -118,8 +118,11 @@ json run_evaluation(const Comm& comm, const EvalOptions& opt) {
                                                   "\n");
     spdlog::info(
         "eval: txt_r1={:.2f} txt_r5={:.2f} img_r1={:.2f} img_r5={:.2f} r_mean={:.2f} (ITC only: "
-        "r_mean={:.2f}){} -> {}",
+        "r_mean={:.2f}){}{} -> {}",
         r.itm.txt_r1, r.itm.txt_r5, r.itm.img_r1, r.itm.img_r5, r.itm.r_mean(), r.itc.r_mean(),
+        r.has_class ? fmt::format(" class-level: txt_r1={:.2f} img_r1={:.2f} r_mean={:.2f}",
+                                  r.class_itm.txt_r1, r.class_itm.img_r1, r.class_itm.r_mean())
+                    : "",
         opt.probe ? " probe_accuracy=" + std::to_string(out["probe_accuracy"].get<double>()) : "",
         opt.out);
   });

@@ -71,6 +71,12 @@ json RetrievalEvalResult::to_json(const std::string& prefix) const {
   j[prefix + "k_test"] = k_test;
   j[prefix + "pairs"] = pairs;
   j[prefix + "images"] = images;
+  if (has_class) {
+    j.update(class_itm.to_json(prefix + "class_"));
+    j.update(class_itc.to_json(prefix + "class_itc_"));
+    j[prefix + "class_queries_images"] = class_queries_images;
+    j[prefix + "class_queries_texts"] = class_queries_texts;
+  }
   return j;
 }
 
@@ -201,7 +207,11 @@ RetrievalEvalResult evaluate_retrieval(const Comm& comm, model::AlbefImpl& model
 
   // 2. Owned query rows: ITC rank, top-k, ITM re-scoring of the candidates.
   HitCounts txt_itc, txt_itm, img_itc, img_itm;
+  HitCounts c_txt_itc, c_txt_itm, c_img_itc, c_img_itm;  // class-level: labelled queries only
   std::vector<int64_t> r_i2t_itc, r_i2t_itm, r_t2i_itc, r_t2i_itm;
+  auto image_label = [&](int64_t i) {
+    return idx.label[static_cast<size_t>(idx.image_first_pair[static_cast<size_t>(i)])];
+  };
   auto itm_positive = [&](const torch::Tensor& fused) {
     const torch::Tensor s = model.itm_logits(fused).select(1, 1).contiguous();
     return std::vector<float>(s.data_ptr<float>(), s.data_ptr<float>() + s.numel());
@@ -225,9 +235,15 @@ RetrievalEvalResult evaluate_retrieval(const Comm& comm, model::AlbefImpl& model
             model.fuse_cls(text_hidden.index_select(0, ci), text_mask.index_select(0, ci),
                            model.image_keys(image_tokens.narrow(0, i, 1)),
                            {torch::Tensor(), torch::zeros({k}, torch::kLong)});
-        const int64_t r_itm = reranked_rank(cand, itm_positive(fused), nt, pos);
+        const std::vector<float> itm = itm_positive(fused);
+        const int64_t r_itm = reranked_rank(cand, itm, nt, pos);
         txt_itc.add(r_itc);
         txt_itm.add(r_itm);
+        if (const int64_t c = image_label(i); c >= 0) {
+          auto same = [&](int64_t t) { return idx.label[static_cast<size_t>(t)] == c; };
+          c_txt_itc.add(positive_rank(row, nt, same));
+          c_txt_itm.add(reranked_rank(cand, itm, nt, same));
+        }
         if (per_query_ranks) r_i2t_itc.push_back(r_itc), r_i2t_itm.push_back(r_itm);
       }
     }
@@ -249,9 +265,15 @@ RetrievalEvalResult evaluate_retrieval(const Comm& comm, model::AlbefImpl& model
             model.fuse_cls(text_hidden.narrow(0, t, 1), text_mask.narrow(0, t, 1),
                            model.image_keys(image_tokens.index_select(0, ci)),
                            {torch::zeros({k}, torch::kLong), torch::Tensor()});
-        const int64_t r_itm = reranked_rank(cand, itm_positive(fused), ni, pos);
+        const std::vector<float> itm = itm_positive(fused);
+        const int64_t r_itm = reranked_rank(cand, itm, ni, pos);
         img_itc.add(r_itc);
         img_itm.add(r_itm);
+        if (const int64_t c = idx.label[static_cast<size_t>(t)]; c >= 0) {
+          auto same = [&](int64_t i) { return image_label(i) == c; };
+          c_img_itc.add(positive_rank(row, ni, same));
+          c_img_itm.add(reranked_rank(cand, itm, ni, same));
+        }
         if (per_query_ranks) r_t2i_itc.push_back(r_itc), r_t2i_itm.push_back(r_itm);
       }
     }
@@ -259,7 +281,8 @@ RetrievalEvalResult evaluate_retrieval(const Comm& comm, model::AlbefImpl& model
 
   // 3. Integer counts: exact sums for any rank count.
   std::vector<int64_t> c;
-  for (const HitCounts* h : {&txt_itc, &txt_itm, &img_itc, &img_itm})
+  for (const HitCounts* h :
+       {&txt_itc, &txt_itm, &img_itc, &img_itm, &c_txt_itc, &c_txt_itm, &c_img_itc, &c_img_itm})
     c.insert(c.end(), {h->r1, h->r5, h->r10, h->queries});
   comm.allreduce_sum(c);
   auto counts = [&](int k) {
@@ -268,6 +291,13 @@ RetrievalEvalResult evaluate_retrieval(const Comm& comm, model::AlbefImpl& model
   RetrievalEvalResult r;
   r.itc = metrics_from_counts(counts(0), counts(2));
   r.itm = metrics_from_counts(counts(1), counts(3));
+  r.class_queries_images = counts(4).queries;
+  r.class_queries_texts = counts(6).queries;
+  r.has_class = r.class_queries_images > 0 && r.class_queries_texts > 0;
+  if (r.has_class) {
+    r.class_itc = metrics_from_counts(counts(4), counts(6));
+    r.class_itm = metrics_from_counts(counts(5), counts(7));
+  }
   r.k_test = cfg.k_test;
   r.pairs = nt;
   r.images = ni;

@@ -58,13 +58,20 @@ DatasetIndex index_dataset(const data::PairDataset& ds);
 struct RetrievalEvalResult {
   RetrievalMetrics itm;  // ITM re-ranked (ALBEF's reported numbers)
   RetrievalMetrics itc;  // ITC similarity only
-  int64_t k_test = 0;    // as used (clamped to the gallery sizes)
+  // Class-level retrieval where labels are known (a hit = any item of the query's class ranks
+  // within K; queries with a known label only, the whole gallery ranked): what a false-negative
+  // filter is for, which the image-level hit (only the query's own image or captions) cannot see.
+  bool has_class = false;
+  RetrievalMetrics class_itm, class_itc;
+  int64_t class_queries_images = 0, class_queries_texts = 0;
+  int64_t k_test = 0;  // as used (clamped to the gallery sizes)
   int64_t pairs = 0, images = 0;
   double seconds = 0;
   // Per query, 0-based rank of its best positive (filled when asked): text retrieval per image,
   // image retrieval per caption.
   std::vector<int64_t> i2t_itc_rank, i2t_itm_rank, t2i_itc_rank, t2i_itm_rank;
-  // ALBEF's keys (txt_r1 ... r_mean) for ITM, the same with prefix "itc_", k_test, pairs, images.
+  // ALBEF's keys (txt_r1 ... r_mean) for ITM, the same with prefix "itc_", k_test, pairs, images;
+  // with labels the class-level ones with prefix "class_" and "class_itc_", and their query counts.
   nlohmann::json to_json(const std::string& prefix = "") const;
 };
 

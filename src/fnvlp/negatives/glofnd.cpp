@@ -68,6 +68,15 @@ GlofndSide::GlofndSide(data::PairRange block, const GlofndOptions& opt, torch::D
   bias_ = to_device_async(
       torch::tensor(host, torch::kDouble).view({static_cast<int64_t>(host.size() / 2), 2}),
       device_);
+  epoch_t_ = torch::ones({1}, torch::TensorOptions().dtype(torch::kLong).device(device_));
+}
+
+void GlofndSide::set_epoch(int64_t epoch) {
+  FNVLP_CHECK(epoch >= 0, "glofnd: epoch " << epoch << " < 0");
+  const int64_t t = std::min(epoch + 1, bias_saturated_);
+  if (t == epoch_t_host_) return;
+  stage_into(epoch_t_, torch::tensor({t}, torch::kLong));
+  epoch_t_host_ = t;
 }
 
 int64_t GlofndSide::local(int64_t pair_id) const {
@@ -91,11 +100,13 @@ std::array<torch::Tensor, 4> GlofndSide::adam_rows(
     const torch::Tensor& lam, const torch::Tensor& m_old, const torch::Tensor& v_old,
     const torch::Tensor& c_old, const torch::Tensor& g, const torch::Tensor& ok) const {
   // Adam with per-anchor bias correction, each operation rounded as the scalar
-  //   m = β1 m + (1 − β1) g;  v = β2 v + (1 − β2) g g;  t = count + 1;
+  //   m = β1 m + (1 − β1) g;  v = β2 v + (1 − β2) g g;  t = count + 1 (visit) or epoch + 1 (epoch);
   //   λ = Π_[−1, 1](λ − lr (m / (1 − β1^t)) / (√(v / (1 − β2^t)) + ε))
   const torch::Tensor m = m_old.to(torch::kDouble) * opt_.beta1 + g * (1 - opt_.beta1);
   const torch::Tensor v = v_old.to(torch::kDouble) * opt_.beta2 + g * (1 - opt_.beta2) * g;
-  const torch::Tensor t = (c_old.to(torch::kLong) + 1).clamp_max(bias_saturated_);
+  const torch::Tensor t = opt_.bias_correction == GlofndBiasCorrection::kEpoch
+                              ? epoch_t_.expand({c_old.size(0)})
+                              : (c_old.to(torch::kLong) + 1).clamp_max(bias_saturated_);
   const torch::Tensor bc = bias_.index_select(0, t);
   const torch::Tensor m_hat = m / bc.select(1, 0), v_hat = v / bc.select(1, 1);
   const torch::Tensor next =
@@ -249,9 +260,11 @@ void GlofndSide::restart_from(const std::vector<float>& lambda) {
               "glofnd: " << lambda.size() << " starting λ for a block of " << block_.size());
   const auto next = to_device_async(torch::tensor(lambda, torch::kFloat), device_);
   lambda_.copy_(torch::where(torch::isnan(next), lambda_, next.clamp(-1.0f, 1.0f)));
-  m_.zero_();
-  v_.zero_();
-  count_.zero_();
+  if (opt_.reanchor_moments == GlofndReanchorMoments::kReset) {
+    m_.zero_();
+    v_.zero_();
+    count_.zero_();
+  }
   undo_index_ = torch::Tensor();
 }
 

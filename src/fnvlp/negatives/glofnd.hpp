@@ -14,7 +14,8 @@
 // Partitioned state (ARCHITECTURE.md §7): a rank holds λ, the Adam moments and the update count
 // only for the pairs of its own block, the only anchors it ever puts in its batches, so λ never
 // travels per step and memory is O(N / R) per rank. Bias correction uses each anchor's own
-// update count (an anchor is updated once per epoch, a global step counter would over-correct).
+// update count (an anchor is updated once per epoch, a global step counter would over-correct);
+// bias_correction=epoch takes the training epoch + 1 instead, as the authors' code does.
 // The state is saved per global pair_id (store/checkpoint.hpp: save_per_pair), so a run resumes
 // on another rank count by loading the pair_ids of its new block.
 //
@@ -80,8 +81,12 @@ class GlofndSide {
                        const std::vector<int64_t>& pair_ids) const;
 
   // λ of every anchor of the block (block order) set to `lambda` (NaN entries keep their λ), Adam
-  // moments and update counts restarted: a fresh tracker from that point (exact_init).
+  // moments and update counts restarted (reanchor_moments=reset: a fresh tracker from that point)
+  // or kept (keep: the next step continues the tracker's own; exact_init).
   void restart_from(const std::vector<float>& lambda);
+  // The training epoch of the updates that follow (bias_correction=epoch reads it; host, before
+  // the step: written into a tensor at a fixed address, so a captured step sees each epoch's).
+  void set_epoch(int64_t epoch);
 
   // Host copies (each waits for the device): for checkpoints, exports and tests.
   float lambda(int64_t pair_id) const;
@@ -120,6 +125,9 @@ class GlofndSide {
   // exactly 1 (computed once: β^t only shrinks), so every count indexes it after a clamp.
   torch::Tensor bias_;
   int64_t bias_saturated_ = 0;
+  // bias_correction=epoch: int64 [1], min(epoch + 1, bias_saturated_), the row of bias_ to use.
+  torch::Tensor epoch_t_;
+  int64_t epoch_t_host_ = -1;
   // The last update's anchors (device indices) and their λ, m, v, count before it.
   torch::Tensor undo_index_, undo_lambda_, undo_m_, undo_v_, undo_count_;
   // The static step's staged rows per round count: local indices [b], the round's targets

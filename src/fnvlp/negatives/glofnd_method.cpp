@@ -89,10 +89,12 @@ std::vector<int64_t> GlofndMethod::static_key(const data::Batch& host, const Ste
   return {rounds};
 }
 
-void GlofndMethod::stage(const data::Batch& host, const StepPosition&,
+void GlofndMethod::stage(const data::Batch& host, const StepPosition& at,
                          const std::vector<int64_t>& key) {
   staged_active_ = key.at(0) > 0;
   if (!staged_active_) return;
+  state_.image.set_epoch(at.epoch);
+  state_.text.set_epoch(at.epoch);
   const std::vector<int64_t> pids = to_vector(host.pair_id);
   state_.image.stage(pids, key[0]);
   state_.text.stage(pids, key[0]);
@@ -127,6 +129,8 @@ void GlofndMethod::adjust_itc(StepContext& s, loss::ItcInputs& in) {
   }
   if (s.epoch < start_epoch_) return;
   torch::NoGradGuard no_grad;
+  state_.image.set_epoch(s.epoch);
+  state_.text.set_epoch(s.epoch);
   const loss::ItcCosine cos = loss::itc_cosine(in);
   const std::vector<int64_t> pids = to_vector(s.host.pair_id);
   in.exclude_i2t = state_.image.update_and_filter(cos.i2t, s.negative, pids);

@@ -11,9 +11,10 @@
 
 namespace fnvlp::negatives {
 
-// negatives.method: which method removes or reweighs the ITC negatives.
+// negatives.method: which method removes or reweighs the ITC negatives. oracle removes exactly the
+// negatives sharing the anchor's class label (labelled data only): the most any filter can remove.
 FNVLP_CONFIG_ENUM(NegativesKind, (kNone, "none"), (kGlofnd, "glofnd"), (kFnc, "fnc"),
-                  (kSrcl, "srcl"))
+                  (kSrcl, "srcl"), (kOracle, "oracle"))
 
 // sampler.kind: how mini-batches are composed.
 FNVLP_CONFIG_ENUM(SamplerKind, (kUniform, "uniform"), (kGrit, "grit"), (kFalcon, "falcon"))
@@ -24,6 +25,15 @@ FNVLP_CONFIG_ENUM(QSchedule, (kFixed, "fixed"), (kHardening, "hardening"),
 
 // loss.soft_targets: where the soft part of the ITC (and MLM) targets comes from.
 FNVLP_CONFIG_ENUM(SoftTargetsKind, (kPseudo, "pseudo"), (kMomentum, "momentum"), (kNone, "none"))
+
+// negatives.glofnd.bias_correction: the t of Adam's 1 − β^t. visit: the anchor's own update count
+// (an anchor is updated about once per epoch); epoch: the training epoch + 1 for every anchor, as
+// the GloFND authors' code does (their first step from epoch 15 is about 0.46 lr, visit's 1.0 lr).
+FNVLP_CONFIG_ENUM(GlofndBiasCorrection, (kVisit, "visit"), (kEpoch, "epoch"))
+
+// negatives.glofnd.reanchor_moments: what a re-anchor (exact_init, reanchor_every) does to Adam's
+// moments. reset: zero (the step after a restart then moves λ by ±lr); keep: as they were.
+FNVLP_CONFIG_ENUM(GlofndReanchorMoments, (kReset, "reset"), (kKeep, "keep"))
 
 // GloFND (glofnd.txt §3, App. D.2): Adam on each anchor's λ. `alpha` is negatives.alpha.
 struct GlofndOptions {
@@ -39,7 +49,9 @@ struct GlofndOptions {
       // anchor over the whole dataset (the previous epoch's export, streamed), moments and counts
       // from zero; Adam tracks it from there. reanchor_every K > 0: again every K epochs after.
       (bool, exact_init, false),
-      (int64_t, reanchor_every, 0, config::at_least(0)))
+      (int64_t, reanchor_every, 0, config::at_least(0)),
+      (GlofndBiasCorrection, bias_correction, GlofndBiasCorrection::kVisit),
+      (GlofndReanchorMoments, reanchor_moments, GlofndReanchorMoments::kReset))
   // clang-format on
 };
 

@@ -1,10 +1,13 @@
 #include "fnvlp/train/methods.hpp"
 
+#include <algorithm>
+
 #include "fnvlp/negatives/falcon_method.hpp"
 #include "fnvlp/negatives/fnc_method.hpp"
 #include "fnvlp/negatives/glofnd_method.hpp"
 #include "fnvlp/negatives/grit_method.hpp"
 #include "fnvlp/negatives/momentum_method.hpp"
+#include "fnvlp/negatives/oracle_method.hpp"
 #include "fnvlp/negatives/srcl_method.hpp"
 #include "fnvlp/negatives/tcl_method.hpp"
 
@@ -14,10 +17,10 @@ using negatives::NegativesKind;
 using negatives::SamplerKind;
 using negatives::SoftTargetsKind;
 
-// Momentum distillation refuses negatives.method (glofnd, fnc, srcl): their masks and weights
-// are [b, N] over the gathered columns, and with a queue most columns are momentum features of
-// earlier steps. GloFND's λ is a per-anchor quantile of the current model's similarities (the one
-// exported with the embeddings and checked by simstat); learned over lagging momentum keys it
+// Momentum distillation refuses negatives.method (glofnd, fnc, srcl, oracle): their masks and
+// weights are [b, N] over the gathered columns, and with a queue most columns are momentum features
+// of earlier steps. GloFND's λ is a per-anchor quantile of the current model's similarities (the
+// one exported with the embeddings and checked by simstat); learned over lagging momentum keys it
 // would estimate another distribution. SRCL needs the helper's similarity for every column, which
 // queue entries do not have, and the FN telemetry needs their labels. FNC would run, but removing
 // top-ranked keys from the denominator fights the momentum soft targets, which put mass on
@@ -55,6 +58,23 @@ void validate_methods(const PretrainConfig& cfg) {
                 "drop of L_MLM over the step (falcon.txt §3.3)");
 }
 
+void require_labels(const Comm& comm, const data::PairDataset& ds, const data::PairRange& block) {
+  std::vector<int64_t> ids(static_cast<size_t>(block.size())), image_id;
+  for (int64_t p = block.begin; p < block.end; ++p) ids[static_cast<size_t>(p - block.begin)] = p;
+  std::vector<int32_t> label;
+  ds.ids(ids, &image_id, &label);
+  int64_t missing = 0, first = ds.num_pairs();
+  for (size_t i = 0; i < label.size(); ++i)
+    if (label[i] < 0) first = std::min(first, ids[i]), ++missing;
+  missing = comm.allreduce_sum(missing);
+  first = comm.allreduce_min(first);
+  FNVLP_CHECK(missing == 0,
+              "negatives.method=oracle needs every pair's class label, but "
+                  << missing << " of the " << ds.num_pairs() << " pairs of " << ds.dir()
+                  << " have none (label -1; the first: pair_id " << first
+                  << "): the oracle is defined on labelled data only (fnvlp-synth's classes)");
+}
+
 std::vector<std::unique_ptr<negatives::Method>> make_methods(const PretrainConfig& cfg,
                                                              const negatives::MethodEnv& env) {
   validate_methods(cfg);
@@ -73,6 +93,9 @@ std::vector<std::unique_ptr<negatives::Method>> make_methods(const PretrainConfi
       break;
     case NegativesKind::kSrcl:
       out.push_back(std::make_unique<negatives::SrclMethod>(env, nc.srcl));
+      break;
+    case NegativesKind::kOracle:
+      out.push_back(std::make_unique<negatives::OracleMethod>(env, nc.start_epoch));
       break;
     case NegativesKind::kNone:
       break;

@@ -168,6 +168,8 @@ Trainer::Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOpti
   env_ = std::make_unique<negatives::MethodEnv>(negatives::MethodEnv{
       comm_, model_, cfg_.model, partition_, augment_, dataset_.num_pairs(), cfg_.train.batch_size,
       cfg_.train.epochs, static_cast<uint64_t>(cfg_.train.seed), device_.device, bf16()});
+  if (cfg_.negatives.method == negatives::NegativesKind::kOracle)
+    require_labels(comm_, dataset_, partition_.block(comm_.rank()));
   methods_ = make_methods(cfg_, *env_);
   if (!opt.init_from.empty())  // ALBEF checkpoints carry the momentum model's own weights too
     for (auto& m : methods_)

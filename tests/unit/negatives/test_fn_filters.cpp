@@ -176,7 +176,10 @@ struct ScalarGlofnd {
                                        static_cast<double>(nr);
       const double mm = opt.beta1 * m[i] + (1 - opt.beta1) * g;
       const double vv = opt.beta2 * v[i] + (1 - opt.beta2) * g * g;
-      const int32_t tt = ++count[i];
+      const int32_t visits = ++count[i];
+      const double tt = opt.bias_correction == GlofndBiasCorrection::kEpoch
+                            ? static_cast<double>(epoch + 1)
+                            : static_cast<double>(visits);
       const double m_hat = mm / (1 - std::pow(opt.beta1, tt));
       const double v_hat = vv / (1 - std::pow(opt.beta2, tt));
       const double next = lambda[i] - opt.lr * m_hat / (std::sqrt(v_hat) + opt.eps);
@@ -196,6 +199,7 @@ struct ScalarGlofnd {
   }
   int64_t begin;
   GlofndOptions opt;
+  int64_t epoch = 0;  // bias_correction=epoch
   std::vector<float> lambda, m, v;
   std::vector<int32_t> count;
   std::tuple<std::vector<float>, std::vector<float>, std::vector<float>, std::vector<int32_t>>
@@ -234,82 +238,159 @@ struct GlofndSteps {
 };
 
 TEST(NegativesGlofnd, TensorUpdateIsTheScalarRecurrenceBitwise) {
-  for (const double lr : {0.05, 0.7}) {  // 0.7: λ hits the projection's bounds
-    GlofndOptions opt;
-    opt.alpha = 0.2;
-    opt.lr = lr;
-    opt.beta2 = 0.6;  // 1 − β2^t rounds to 1 from t ≈ 74, 1 − β1^t from t ≈ 356
-    GlofndSide side({100, 108}, opt);
-    ScalarGlofnd ref({100, 108}, opt);
-    GlofndSteps steps(11);
-    for (int step = 0; step < 420; ++step) {
-      const auto [ids, cos, negative] = steps.next();
-      const auto mask = side.update_and_filter(cos, negative, ids);
-      const auto [ref_mask, ref_lam] = ref.update(cos, negative, ids);
-      ASSERT_TRUE(torch::equal(mask, ref_mask)) << "lr " << lr << " step " << step;
-      ASSERT_TRUE(same_bits(host_floats(side.last_lambdas()), ref_lam))
-          << "lr " << lr << " step " << step;
-      ASSERT_TRUE(same_bits(side.export_rows(), ref.rows())) << "lr " << lr << " step " << step;
-      if (step % 7 == 3) {
-        side.undo_last_update();
-        ref.undo();
-        ASSERT_TRUE(same_bits(side.export_rows(), ref.rows())) << "undo at step " << step;
+  for (const auto bias : {GlofndBiasCorrection::kVisit, GlofndBiasCorrection::kEpoch})
+    for (const double lr : {0.05, 0.7}) {  // 0.7: λ hits the projection's bounds
+      GlofndOptions opt;
+      opt.alpha = 0.2;
+      opt.lr = lr;
+      opt.beta2 = 0.6;  // 1 − β2^t rounds to 1 from t ≈ 74, 1 − β1^t from t ≈ 356
+      opt.bias_correction = bias;
+      GlofndSide side({100, 108}, opt);
+      ScalarGlofnd ref({100, 108}, opt);
+      GlofndSteps steps(11);
+      for (int step = 0; step < 420; ++step) {
+        ref.epoch = step / 3;  // epoch + 1 passes both saturations too
+        side.set_epoch(ref.epoch);
+        const auto [ids, cos, negative] = steps.next();
+        const auto mask = side.update_and_filter(cos, negative, ids);
+        const auto [ref_mask, ref_lam] = ref.update(cos, negative, ids);
+        ASSERT_TRUE(torch::equal(mask, ref_mask)) << "lr " << lr << " step " << step;
+        ASSERT_TRUE(same_bits(host_floats(side.last_lambdas()), ref_lam))
+            << "lr " << lr << " step " << step;
+        ASSERT_TRUE(same_bits(side.export_rows(), ref.rows())) << "lr " << lr << " step " << step;
+        if (step % 7 == 3) {
+          side.undo_last_update();
+          ref.undo();
+          ASSERT_TRUE(same_bits(side.export_rows(), ref.rows())) << "undo at step " << step;
+        }
       }
+      EXPECT_GT(side.export_rows()[3], 400.0f);  // anchor 0's count
     }
-    EXPECT_GT(side.export_rows()[3], 400.0f);  // anchor 0's count
-  }
 }
 
 // The static step's update (staged anchors, every round over every row, the spare slot for the
 // rows outside a round; more rounds than the batch needs, as when the ranks agree on a larger
 // count) is the scalar recurrence bit for bit, and its commit on a 0 flag is the undo.
 TEST(NegativesGlofnd, StagedUpdateIsTheScalarRecurrenceBitwise) {
-  GlofndOptions opt;
-  opt.alpha = 0.2;
-  opt.lr = 0.7;
-  opt.beta2 = 0.6;
-  GlofndSide side({100, 108}, opt);
-  ScalarGlofnd ref({100, 108}, opt);
-  GlofndSteps steps(13);
-  const auto taken = torch::ones({}), skipped = torch::zeros({});
-  int64_t repeated = 0;
-  for (int step = 0; step < 420; ++step) {
-    const auto [ids, cos, negative] = steps.next();
-    std::map<int64_t, int64_t> seen;
-    int64_t rounds = 0;
-    for (const int64_t id : ids) rounds = std::max(rounds, ++seen[id]);
-    repeated += rounds > 1;
-    side.stage(ids, rounds + step % 3);
-    const auto mask = side.update_and_filter_staged(cos, negative);
-    const auto [ref_mask, ref_lam] = ref.update(cos, negative, ids);
-    ASSERT_TRUE(torch::equal(mask, ref_mask)) << "step " << step;
-    ASSERT_TRUE(same_bits(host_floats(side.staged_lambdas()), ref_lam)) << "step " << step;
-    const bool skip = step % 7 == 3;
-    side.commit(skip ? skipped : taken);
-    if (skip) ref.undo();
-    ASSERT_TRUE(same_bits(side.export_rows(), ref.rows())) << "step " << step;
+  for (const auto bias : {GlofndBiasCorrection::kVisit, GlofndBiasCorrection::kEpoch}) {
+    GlofndOptions opt;
+    opt.alpha = 0.2;
+    opt.lr = 0.7;
+    opt.beta2 = 0.6;
+    opt.bias_correction = bias;
+    GlofndSide side({100, 108}, opt);
+    ScalarGlofnd ref({100, 108}, opt);
+    GlofndSteps steps(13);
+    const auto taken = torch::ones({}), skipped = torch::zeros({});
+    int64_t repeated = 0;
+    for (int step = 0; step < 420; ++step) {
+      ref.epoch = step / 5;
+      side.set_epoch(ref.epoch);
+      const auto [ids, cos, negative] = steps.next();
+      std::map<int64_t, int64_t> seen;
+      int64_t rounds = 0;
+      for (const int64_t id : ids) rounds = std::max(rounds, ++seen[id]);
+      repeated += rounds > 1;
+      side.stage(ids, rounds + step % 3);
+      const auto mask = side.update_and_filter_staged(cos, negative);
+      const auto [ref_mask, ref_lam] = ref.update(cos, negative, ids);
+      ASSERT_TRUE(torch::equal(mask, ref_mask)) << "step " << step;
+      ASSERT_TRUE(same_bits(host_floats(side.staged_lambdas()), ref_lam)) << "step " << step;
+      const bool skip = step % 7 == 3;
+      side.commit(skip ? skipped : taken);
+      if (skip) ref.undo();
+      ASSERT_TRUE(same_bits(side.export_rows(), ref.rows())) << "step " << step;
+    }
+    EXPECT_GT(repeated, 50) << "the steps must exercise anchors listed twice";
+    EXPECT_GT(side.export_rows()[3], 300.0f);  // anchor 0's count, past both saturations
+    // Fewer rounds than an anchor's rows is a named error.
+    EXPECT_THROW(side.stage({101, 101}, 1), Error);
   }
-  EXPECT_GT(repeated, 50) << "the steps must exercise anchors listed twice";
-  EXPECT_GT(side.export_rows()[3], 300.0f);  // anchor 0's count, past both saturations
-  // Fewer rounds than an anchor's rows is a named error.
-  EXPECT_THROW(side.stage({101, 101}, 1), Error);
+}
+
+// bias_correction: an anchor's first update from a fresh tracker moves λ by exactly lr with the
+// visit count (t = 1: m̂ / √v̂ = g / |g|), and with the authors' t = epoch + 1 by
+// lr (1 − β1) / (1 − β1^t) / √((1 − β2) / (1 − β2^t)): about 0.46 lr at epoch 15.
+TEST(NegativesGlofnd, BiasCorrectionByVisitOrByEpoch) {
+  const auto cos = torch::full({1, 4}, 0.5f);  // every negative above λ = 0.2: g = α − 1 < 0
+  const auto negative = torch::ones({1, 4}, torch::kBool);
+  auto first_step = [&](GlofndBiasCorrection bias, int64_t epoch) {
+    GlofndOptions opt;
+    opt.alpha = 0.1;
+    opt.init = 0.2;
+    opt.bias_correction = bias;
+    GlofndSide side({0, 1}, opt);
+    side.set_epoch(epoch);
+    side.update_and_filter(cos, negative, {0});
+    return static_cast<double>(side.lambda(0)) - 0.2;
+  };
+  const GlofndOptions d;
+  EXPECT_NEAR(first_step(GlofndBiasCorrection::kVisit, 15), d.lr, 1e-6);
+  EXPECT_NEAR(first_step(GlofndBiasCorrection::kVisit, 0), d.lr, 1e-6);
+  const double t = 16;
+  const double authors = d.lr * (1 - d.beta1) / (1 - std::pow(d.beta1, t)) /
+                         std::sqrt((1 - d.beta2) / (1 - std::pow(d.beta2, t)));
+  EXPECT_NEAR(first_step(GlofndBiasCorrection::kEpoch, 15), authors, 1e-6);
+  EXPECT_NEAR(authors / d.lr, 0.456, 0.001);
+  EXPECT_NEAR(first_step(GlofndBiasCorrection::kEpoch, 0), d.lr, 1e-6);  // t = 1 at epoch 0
+  EXPECT_THROW(GlofndSide({0, 1}, d).set_epoch(-1), Error);
+}
+
+// reanchor_moments: reset restarts Adam (the next step moves λ by ±lr), keep continues the
+// tracker's moments and counts from the new λ.
+TEST(NegativesGlofnd, ReanchorResetsOrKeepsTheMoments) {
+  const auto cos = torch::tensor({{0.9f, 0.1f, -0.2f, -0.5f}});
+  const auto negative = torch::ones({1, 4}, torch::kBool);
+  for (const auto keep : {GlofndReanchorMoments::kReset, GlofndReanchorMoments::kKeep}) {
+    GlofndOptions opt;
+    opt.alpha = 0.25;
+    opt.init = 1.0;
+    opt.reanchor_moments = keep;
+    GlofndSide side({0, 2}, opt);
+    for (int i = 0; i < 5; ++i) side.update_and_filter(cos, negative, {0});
+    const std::vector<float> before = side.export_rows();
+    side.restart_from({0.5f, std::nanf("")});
+    const std::vector<float> after = side.export_rows();
+    EXPECT_EQ(after[0], 0.5f);
+    EXPECT_EQ(after[4], before[4]);  // NaN: anchor 1 keeps its λ
+    if (keep == GlofndReanchorMoments::kKeep) {
+      EXPECT_EQ(std::vector<float>(after.begin() + 1, after.begin() + 4),
+                std::vector<float>(before.begin() + 1, before.begin() + 4));
+    } else {
+      EXPECT_EQ(std::vector<float>(after.begin() + 1, after.begin() + 4),
+                std::vector<float>({0.0f, 0.0f, 0.0f}));
+    }
+    // λ 0.5 with one negative of four above it: g = 0.25 − 0.25 = 0; reset's zero moments take
+    // no step, kept moments (from λ's approach down from 1) still move it.
+    side.update_and_filter(cos, negative, {0});
+    const double moved = std::abs(static_cast<double>(side.lambda(0)) - 0.5);
+    if (keep == GlofndReanchorMoments::kKeep)
+      EXPECT_GT(moved, 1e-4);
+    else
+      EXPECT_EQ(moved, 0.0);
+  }
 }
 
 // On a GPU the same inputs give the CPU's state and masks bit for bit: each update operation is a
 // single IEEE-rounded one on both, the bias corrections come from the same host table.
 TEST(NegativesGlofnd, CudaStateIsTheCpuStateBitwise) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "SKIPPED: no CUDA device visible";
-  GlofndOptions opt;
-  opt.alpha = 0.2;
-  opt.beta2 = 0.6;
-  GlofndSide cpu({100, 108}, opt), gpu({100, 108}, opt, torch::kCUDA);
-  GlofndSteps steps(12);
-  for (int step = 0; step < 420; ++step) {
-    const auto [ids, cos, negative] = steps.next();
-    const auto a = cpu.update_and_filter(cos, negative, ids);
-    const auto b = gpu.update_and_filter(cos.cuda(), negative.cuda(), ids);
-    ASSERT_TRUE(b.is_cuda() && torch::equal(a, b.cpu())) << "step " << step;
-    ASSERT_TRUE(same_bits(cpu.export_rows(), gpu.export_rows())) << "step " << step;
+  for (const auto bias : {GlofndBiasCorrection::kVisit, GlofndBiasCorrection::kEpoch}) {
+    GlofndOptions opt;
+    opt.alpha = 0.2;
+    opt.beta2 = 0.6;
+    opt.bias_correction = bias;
+    GlofndSide cpu({100, 108}, opt), gpu({100, 108}, opt, torch::kCUDA);
+    GlofndSteps steps(12);
+    for (int step = 0; step < 420; ++step) {
+      cpu.set_epoch(step / 3);
+      gpu.set_epoch(step / 3);
+      const auto [ids, cos, negative] = steps.next();
+      const auto a = cpu.update_and_filter(cos, negative, ids);
+      const auto b = gpu.update_and_filter(cos.cuda(), negative.cuda(), ids);
+      ASSERT_TRUE(b.is_cuda() && torch::equal(a, b.cpu())) << "step " << step;
+      ASSERT_TRUE(same_bits(cpu.export_rows(), gpu.export_rows())) << "step " << step;
+    }
   }
 }
 

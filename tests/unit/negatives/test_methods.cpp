@@ -13,6 +13,7 @@
 #include "fnvlp/negatives/glofnd_method.hpp"
 #include "fnvlp/negatives/grit_method.hpp"
 #include "fnvlp/negatives/momentum_method.hpp"
+#include "fnvlp/negatives/oracle_method.hpp"
 #include "fnvlp/negatives/srcl_method.hpp"
 #include "fnvlp/negatives/tcl_method.hpp"
 #include "fnvlp/store/checkpoint.hpp"
@@ -190,6 +191,39 @@ TEST(FncMethod, RemovesTheTopAlphaNegativesOfEachAnchor) {
   EXPECT_GT(t["filtered_frac_i2t"].get<double>(), 0.0);
 }
 
+// The oracle removes exactly the negatives of the anchor's class: recall and precision 1 by
+// construction; a pair sharing the image is a positive, not removed; an unknown label removes none.
+TEST(OracleMethod, RemovesExactlyTheSameLabelNegativesFromItsStartEpoch) {
+  Fixture f;
+  OracleMethod m(*f.env, 1);
+  auto [s0, in0] = f.step(0, 0);
+  m.adjust_itc(s0, in0);
+  EXPECT_FALSE(in0.exclude_i2t.defined()) << "filtered before negatives.start_epoch";
+  auto [s, in] = f.step(1, 1);
+  m.adjust_itc(s, in);
+  ASSERT_TRUE(in.exclude_i2t.defined() && in.exclude_t2i.defined());
+  // Labels {0, 0, 1, 1, 2, 2, 3, 3}, images {0, 0, 1, ...}: rows 0/1 share an image (positives).
+  const auto want = torch::zeros({8, 8}, torch::kBool);
+  for (int64_t i = 2; i < 8; i += 2) want[i][i + 1] = want[i + 1][i] = true;
+  EXPECT_TRUE(torch::equal(in.exclude_i2t, want)) << in.exclude_i2t;
+  EXPECT_TRUE(torch::equal(in.exclude_t2i, want));
+  nlohmann::json t;
+  m.telemetry(t);
+  EXPECT_DOUBLE_EQ(t["fn_precision"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(t["fn_recall"].get<double>(), 1.0);
+  // Unknown labels (-1) match nothing, not even each other.
+  const auto unknown = torch::full({8}, -1, torch::kLong);
+  EXPECT_FALSE(oracle_filter(s.negative, unknown, unknown).any().item<bool>());
+  // The static step: key {0} before the start epoch, {1} from it, the same mask.
+  EXPECT_EQ(m.static_key(f.batch, {0, 0, 100}), std::vector<int64_t>{0});
+  EXPECT_EQ(m.static_key(f.batch, {5, 1, 100}), std::vector<int64_t>{1});
+  m.stage(f.batch, {5, 1, 100}, {1});
+  auto [s2, in2] = f.step(5, 1);
+  s2.static_step = true;
+  m.adjust_itc(s2, in2);
+  EXPECT_TRUE(torch::equal(in2.exclude_i2t, want));
+}
+
 TEST(SrclMethod, WithoutHelperWeighsNegativesByTheModelAlone) {
   Fixture f;
   SrclMethod m(*f.env, SrclConfig{});
@@ -351,6 +385,9 @@ TEST(TrainMethods, BuildsTheConfiguredMethodsInHookOrder) {
   std::vector<std::string> names;
   for (const auto& m : methods) names.push_back(m->name());
   EXPECT_EQ(names, (std::vector<std::string>{"fnc", "grit", "tcl"}));
+  train::PretrainConfig o;
+  o.negatives.method = NegativesKind::kOracle;
+  EXPECT_EQ(train::make_methods(o, *f.env).at(0)->name(), "oracle");
 }
 
 TEST(TrainMethods, RefusesMomentumWithANegativesMethodAndFalconWithoutMlm) {
