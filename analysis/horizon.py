@@ -134,8 +134,56 @@ def tests(data, alpha):
     return {"a": a, "b": b, "c": c}
 
 
-def verdicts(data, alpha):
-    """{claim: {"arms": {method: {...}}, "verdict": str}} for (a)-(c) over the GloFND arms."""
+def overrides(task):
+    """{key: value} of a task's config overrides (task.json), the last one of a key winning."""
+    t = C.read_json(os.path.join(task, "task.json")) or {}
+    out = {}
+    for o in t.get("overrides", []):
+        k, _, v = str(o).partition("=")
+        out[k] = v
+    return out
+
+
+def arm_label(o):
+    """A GloFND arm in words from its overrides, for readers who do not know the campaign's names."""
+    g = "negatives.glofnd."
+    if g + "lr" in o and float(o[g + "lr"]) < 1e-6 and o.get(g + "exact_init") == "true":
+        return "lambda held at the exact quantile of each epoch's export"
+    words = [f"lambda_0 {o.get(g + 'init', '1.0')} from epoch {o.get('negatives.start_epoch', '0')}"]
+    if o.get(g + "exact_init") == "true":
+        every = o.get(g + "reanchor_every", "0")
+        words.append("restarted from the exact quantiles" +
+                     (f" every {every} epochs" if every not in ("0", "1") else
+                      " every epoch" if every == "1" else " once"))
+    if o.get(g + "bias_correction") == "epoch":
+        words.append("Adam's bias correction by epoch (the authors' rule)")
+    if g + "lr" in o:
+        words.append(f"lambda lr {o[g + 'lr']}")
+    return "GloFND with " + ", ".join(words)
+
+
+def protocol(o, alpha):
+    """The GloFND arm's protocol against the paper's, in one clause."""
+    g = "negatives.glofnd."
+    if o.get(g + "bias_correction") == "epoch":
+        bias = "by epoch, as the authors' code"
+    else:
+        bias = "by each anchor's visit count (the authors' code counts epochs)"
+    return (f"lambda_0 {o.get(g + 'init', '1.0')} from epoch {o.get('negatives.start_epoch', '0')}, "
+            f"alpha {alpha}, Adam's bias correction {bias}; the paper starts from lambda_0 = 1 after "
+            f"about 40% of training with alpha matched to its data")
+
+
+def per_seed_values(rows, key):
+    """'seed 1 x, seed 2 y' of one arm's rows at an epoch ({seed: row})."""
+    v = [(s, r.get(key)) for s, r in sorted(rows.items())]
+    return ", ".join(f"seed {s} {fmt(x)}" for s, x in v) if v else "-"
+
+
+def verdicts(data, alpha, labels=None):
+    """{claim: {"arms": {method: {...}}, "verdict": str}} for (a)-(c) over the GloFND arms; other
+    arms are named by labels[method] where given."""
+    labels = labels or {}
     arms = [m for m in data if m == "glofnd" or m.startswith("glofnd_")]
     out = {}
     for cid, test in tests(data, alpha).items():
@@ -155,7 +203,8 @@ def verdicts(data, alpha):
                             if m != "glofnd" and v["from_epoch"] is not None)
             verdict = f"does not hold by epoch {g['last_epoch']}"
             if others:
-                verdict += "; holds only for " + ", ".join(f"{m} (from epoch {e})" for e, m in others)
+                verdict += "; holds only for " + ", ".join(
+                    f"{labels.get(m, m)} (from epoch {e})" for e, m in others)
         out[cid] = {"arms": per, "verdict": verdict}
     return out
 
@@ -231,15 +280,19 @@ def main():
     with open(args.md, "w") as f:
         f.write("\n".join(md) + "\n")
     if args.summary:
-        g = {cid: r["verdict"] for cid, r in v.items()}
-        last_rows = {m: [rows.get(last, {}) for rows in data[m].values()] for m in data}
-        def at_last(m, k):
-            return spread([r.get(k) for r in last_rows.get(m, [])])
+        # For the report's readers: no campaign arm names, values per seed, the protocol stated.
+        first_task = {m: next(iter(sorted(seeds.items())))[1] for m, seeds in tasks.items() if seeds}
+        labels = {m: arm_label(overrides(t)) for m, t in first_task.items()}
+        glofnd_overrides = overrides(first_task["glofnd"]) if "glofnd" in first_task else {}
+        g = {cid: r["verdict"] for cid, r in verdicts(data, alpha, labels).items()}
+        at_last = {s: rows.get(last, {}) for s, rows in data.get("glofnd", {}).items()}
         sentence = (f"On the labelled synthetic set run for {last + 1} epochs (the GloFND paper trains "
-                    f"for tens of epochs), GloFND filtered {at_last('glofnd', 'ff_batch')} of the "
-                    f"in-batch negatives in the last epoch against alpha {alpha} and its lambda was "
-                    f"{at_last('glofnd', 'lam_err')} from the exact quantile (FNC's in-batch threshold "
-                    f"{at_last('glofnd', 'fnc_err')}): claim (a) {g['a']}, (b) {g['b']}, (c) {g['c']}.")
+                    f"for 37), GloFND ({protocol(glofnd_overrides, alpha)}) "
+                    f"filtered {per_seed_values(at_last, 'ff_batch')} of the in-batch negatives in "
+                    f"the last epoch against alpha {alpha}; its lambda was "
+                    f"{per_seed_values(at_last, 'lam_err')} from the exact quantile on average "
+                    f"(FNC's in-batch threshold {per_seed_values(at_last, 'fnc_err')}): claim (a) "
+                    f"{g['a']}, (b) {g['b']}, (c) {g['c']}.")
         json.dump({"sentence": sentence, "table": args.table_link or os.path.relpath(
                        args.md, os.path.dirname(os.path.abspath(args.summary))), "alpha": alpha,
                    "epochs": last + 1, "verdicts": g}, open(args.summary, "w"), indent=1)

@@ -127,6 +127,17 @@ with tempfile.TemporaryDirectory() as tmp:
         assert kinds["a"] == ("lines", "epoch") and kinds["b"] == ("lines", "epoch"), kinds
         assert "judged at every epoch: holds from epoch 2" in html
         assert sorted(p["claim"] for p in plotted if "claim" in p) == list("abcdef"), plotted
+    # The report's sentence (horizon.py --summary): values per seed, the protocol against the
+    # paper's, no campaign arm name.
+    summ = os.path.join(tmp, "lh.json")
+    subprocess.run([sys.executable, os.path.join(src, "analysis", "horizon.py"), "--campaign", a,
+                    "--tsv", os.path.join(tmp, "h.tsv"), "--md", os.path.join(tmp, "h.md"),
+                    "--summary", summ], check=True, stdout=subprocess.DEVNULL)
+    sentence = json.load(open(summ))["sentence"]
+    assert "filtered seed 1 0.0110, seed 2 0.0090 of the in-batch negatives" in sentence, sentence
+    assert "bias correction by each anchor's visit count" in sentence, sentence
+    assert "lambda_0 1.0 from epoch 0, alpha 0.01" in sentence, sentence
+    assert "glofnd_" not in sentence and "uniform" not in sentence, sentence
     b = os.path.join(tmp, "b")
     os.makedirs(b)
     campaign(b, glofnd_error_s2=0.02)
@@ -135,6 +146,18 @@ with tempfile.TemporaryDirectory() as tmp:
 # A campaign of one glofnd_* arm (e.g. fidelity_synth_long_paper.yaml): alpha is that arm's.
 sys.path.insert(0, os.path.join(src, "analysis"))
 import claims as C  # noqa: E402
+import horizon as H  # noqa: E402
+# An arm in words from its overrides (what the report says instead of the campaign's name).
+paper = H.arm_label({"negatives.method": "glofnd", "negatives.start_epoch": "16",
+                     "negatives.glofnd.init": "1.0", "negatives.glofnd.bias_correction": "epoch"})
+assert paper == "GloFND with lambda_0 1.0 from epoch 16, Adam's bias correction by epoch (the authors' rule)", paper
+frozen = H.arm_label({"negatives.glofnd.exact_init": "true", "negatives.glofnd.reanchor_every": "1",
+                      "negatives.glofnd.lr": "1.0e-9"})
+assert frozen == "lambda held at the exact quantile of each epoch's export", frozen
+row = {"ff_batch": 0.5, "lam_err": None, "fnc_err": None, "f1_batch": None}
+d = {"glofnd": {1: {0: row}}, "glofnd_paper": {1: {0: dict(row, ff_batch=0.01)}}}
+v = H.verdicts(d, 0.01, {"glofnd_paper": paper})["a"]["verdict"]
+assert v == f"does not hold by epoch 0; holds only for {paper} (from epoch 0)", v
 with tempfile.TemporaryDirectory() as tmp:
     t = os.path.join(tmp, "glofnd_paper-s1")
     write(os.path.join(t, "task.json"), {"method": "glofnd_paper", "seed": 1,
