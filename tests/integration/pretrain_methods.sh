@@ -156,7 +156,9 @@ PY
 rc=0
 timeout 120 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" --data "$work/shards_nolabel" \
   --out "$work/oracle_nolabel" --set negatives.method=oracle >"$work/oracle_nolabel.log" 2>&1 || rc=$?
-[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "oracle on unlabelled data: exit $rc (expected a refusal)"
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+  fail "oracle on unlabelled data: exit $rc (expected a refusal)"
+fi
 grep -q "negatives.method=oracle needs every pair's class label.*shards_nolabel" "$work/oracle_nolabel.log" ||
   fail "oracle on unlabelled data: no named error in $work/oracle_nolabel.log"
 echo "ok   the oracle refuses unlabelled data (exit $rc) naming it"

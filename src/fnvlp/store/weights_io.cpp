@@ -533,7 +533,7 @@ void export_albef_safetensors(const model::AlbefImpl& model, const std::string& 
     for (size_t i = 0; i < parts.size(); ++i) add(r->sources[i], parts[i]);
   }
   // ALBEF's BertForMaskedLM stores the tied decoder too; a strict load_state_dict expects it.
-  add("text_encoder.cls.predictions.decoder.weight", model.word_embedding_weight());
+  add("text_encoder.cls.predictions.decoder.weight", model.mlm_decoder_weight());
   add("text_encoder.cls.predictions.decoder.bias", model.mlm_bias());
   std::map<std::string, std::string> meta{{"format", "pt"},
                                           {"fnvlp.layout", "albef"},
