@@ -76,7 +76,7 @@ healthy() {
   local c state s
   c=$(client_conf)
   [ -f "$c" ] || return 1
-  SLURM_CONF=$c timeout 10 scontrol ping 2>/dev/null | grep -q 'is UP' || return 1
+  SLURM_CONF=$c timeout 10 scontrol ping 2>/dev/null | grep 'is UP' >/dev/null || return 1
   state=$(SLURM_CONF=$c timeout 10 sinfo -h -N -o '%t' 2>/dev/null | sort -u | tr '\n' ' ')
   [ -n "$state" ] || return 1
   for s in $state; do
@@ -213,7 +213,7 @@ start_net() {
   local i ns
   command -v ip >/dev/null || die "ip not found: install iproute2"
   if ! ip link show "$bridge" >/dev/null 2>&1; then
-    if ip -4 route show | grep -q "^$net\.0/24"; then
+    if ip -4 route show | grep "^$net\.0/24" >/dev/null; then
       die "$net.0/24 is already routed on this machine: the namespaced cluster needs it for itself"
     fi
     ip link add "$bridge" type bridge || die "cannot create bridge $bridge (needs CAP_NET_ADMIN)"
@@ -222,7 +222,7 @@ start_net() {
   fi
   for i in $(seq 1 "$nodes"); do
     ns=$(node_name "$i")
-    ip netns list | grep -qw "^$ns" || ip netns add "$ns" || die "cannot create network namespace $ns"
+    ip netns list | grep -w "^$ns" >/dev/null || ip netns add "$ns" || die "cannot create network namespace $ns"
     if ! ip link show "fnvlp-v$i" >/dev/null 2>&1; then
       ip link add "fnvlp-v$i" type veth peer name eth0 netns "$ns"
       ip link set "fnvlp-v$i" master "$bridge" up
@@ -238,7 +238,7 @@ stop_net() {
   for i in $(seq 1 "$nodes"); do
     ns=$(node_name "$i")
     ip link del "fnvlp-v$i" 2>/dev/null || true
-    if ip netns list | grep -qw "^$ns"; then
+    if ip netns list | grep -w "^$ns" >/dev/null; then
       ip netns del "$ns"
       log "removed network namespace $ns"
     fi
@@ -304,7 +304,7 @@ start() {
   start_slurmd
   local state="" line
   for _ in $(seq 1 120); do
-    if scontrol ping 2>/dev/null | grep -q 'is UP'; then
+    if scontrol ping 2>/dev/null | grep 'is UP' >/dev/null; then
       state=$(sinfo -h -N -o '%N %t' 2>/dev/null | sort -u)
       healthy && break
       while read -r line; do
@@ -316,7 +316,7 @@ start() {
     sleep 0.5
   done
   healthy || die "cluster not healthy after start (node state '$state'); logs in $dir/log"
-  srun --mpi=list 2>&1 | grep -q pmix ||
+  srun --mpi=list 2>&1 | grep pmix >/dev/null ||
     die "srun --mpi=list does not offer pmix (MpiDefault=pmix); install slurm-wlm's pmix plugin"
   [ "$crashed" -eq 0 ] || cancel_orphans
   mkdir -p "$dir/run"

@@ -382,7 +382,7 @@ fnvlp_newest_embeddings() {
 }
 
 # Whether an embeddings export carries GloFND's lambda (the run trained with GloFND).
-fnvlp_has_lambda() { h5ls "$1" 2>/dev/null | grep -q glofnd_lambda_image; }
+fnvlp_has_lambda() { h5ls "$1" 2>/dev/null | grep glofnd_lambda_image >/dev/null; }
 
 # True (0) when the tool is built; 1 when it is missing but allowed (FNVLP_SKIP_MISSING, which
 # logs SKIPPED); dies otherwise.
@@ -434,7 +434,7 @@ fnvlp_launcher() {
   if [ "$mode" = auto ]; then
     mode=mpirun
     if [ -n "${SLURM_JOB_ID:-}" ] && command -v srun >/dev/null &&
-      srun --mpi=list 2>&1 | grep -qw pmix; then
+      srun --mpi=list 2>&1 | grep -w pmix >/dev/null; then
       mode=srun
     fi
   fi

@@ -192,7 +192,7 @@ fnvlp_wait_chain() {
   if [ -n "$entry" ]; then
     fnvlp_log "waiting for job $entry to record its chain in $f"
     until [ -f "$f" ] && grep -q "^entry	$entry\$" "$f"; do
-      if ! scontrol show job -o "$entry" 2>/dev/null | grep -qE 'JobState=(PENDING|RUNNING|CONFIGURING|REQUEUED)'; then
+      if ! scontrol show job -o "$entry" 2>/dev/null | grep -E 'JobState=(PENDING|RUNNING|CONFIGURING|REQUEUED)' >/dev/null; then
         # It ended without writing a chain: report why.
         fnvlp_wait_jobs "$entry" || return 1
         grep -q "^entry	$entry\$" "$f" 2>/dev/null || fnvlp_die "job $entry ended without submitting a chain (see its log)"

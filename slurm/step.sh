@@ -154,7 +154,7 @@ stage_finetune() {
   [ -d "$FNVLP_RUN/checkpoints/latest" ] || fnvlp_die "no final checkpoint in $FNVLP_RUN/checkpoints/latest"
   args=(--config "$FNVLP_FT_CONFIG" --init "$FNVLP_RUN/checkpoints/latest"
     --data "$FNVLP_SHARDS_FT_TRAIN" --val "$FNVLP_SHARDS_FT_VAL" --out "$FNVLP_WORK/finetune")
-  if "$bin" --help 2>&1 | grep -q -- '--resume'; then args+=(--resume auto); fi
+  if "$bin" --help 2>&1 | grep -- '--resume' >/dev/null; then args+=(--resume auto); fi
   local dev
   dev=$(fnvlp_device_overrides) || exit 1
   fnvlp_log "device: $dev"

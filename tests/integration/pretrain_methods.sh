@@ -141,7 +141,7 @@ check fnc 'all(0 < r["filtered_frac_i2t"] < 0.1 for r in m)' "FNC filters ceil(a
 run oracle --set negatives.method=oracle
 check oracle 'all(r["fn_precision"] == 1 and r["fn_recall"] == 1 and r["filtered_frac_i2t"] > 0 for r in m)' \
   "the oracle removes exactly the same-label negatives"
-# Without labels the oracle is undefined: refused on every rank (exit 2, no rank left waiting),
+# Without labels the oracle is undefined: refused on every rank (exit 1, no rank left waiting),
 # naming the data. The same captions with their "label" keys removed.
 "$py" - "$work/synth/captions.json" "$work/nolabel.json" <<'PY'
 import json, sys

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every training method in the static step (train.static_step: what train.cuda_graphs captures)
-# at NP ranks (the first argument after the usual three), tiny preset, four arms that cover the
+# at NP ranks (the first argument after the usual three), tiny preset, six arms that cover the
 # methods between them, 40 steps (2.5 epochs: two grouped ones) at 2 ranks and 24 (into the
 # first grouped epoch) at 1 and 4 (at 4 ranks, oversubscribed on CI's 2 cores, the two arms with
 # state of their own):
@@ -9,6 +9,8 @@
 #   momentum_grit   ALBEF momentum distillation (queue that wraps) on GRIT's hardening schedule
 #                   over the training steps' cached embeddings
 #   srcl            (NP 2) SRCL with a frozen helper (the first arm's eager checkpoint)
+#   oracle          (NP 2) the oracle filter (exactly the same-label negatives)
+#   glofnd_epoch    (NP 2) GloFND with the authors' bias correction (the epoch staged per step)
 #  1. each arm's static run equals its eager run: ITM's argmax negatives (no draw), the first
 #     step's losses within 1e-5, the later ones within the tolerance below (padded MLM rows and
 #     weighted ITM pairs sum in another order), and the methods' telemetry with them. The
@@ -52,9 +54,13 @@ declare -A arms=(
                    --set sampler.grit.schedule=hardening --set sampler.embeddings=cached
                    --set loss.itm_weight=0"
   [srcl]="--set negatives.method=srcl --set negatives.srcl.helper=$work/falcon_glofnd.eager/checkpoints/latest"
+  [oracle]="--set negatives.method=oracle"
+  [glofnd_epoch]="--set negatives.method=glofnd --set negatives.alpha=0.05 --set negatives.glofnd.init=0.5
+                  --set negatives.glofnd.lr=0.3 --set negatives.glofnd.bias_correction=epoch"
 )
-order=(falcon_glofnd fnc_tcl momentum_grit srcl)
-# SRCL's helper weighs the gathered batch as at 2 ranks: its arm runs there only.
+order=(falcon_glofnd fnc_tcl momentum_grit srcl oracle glofnd_epoch)
+# SRCL's helper weighs the gathered batch as at 2 ranks: its arm runs there only, as the oracle's
+# and GloFND's epoch-staged bias correction (no state beyond falcon_glofnd's).
 [ "$np" -eq 2 ] || order=(falcon_glofnd fnc_tcl momentum_grit)
 [ "$np" -ne 4 ] || order=(falcon_glofnd momentum_grit)
 run() {  # run NAME ARGS...

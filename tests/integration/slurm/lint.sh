@@ -19,3 +19,12 @@ command -v shellcheck >/dev/null ||
   { echo "FAIL: shellcheck not installed (bash env/install-debian.sh installs it)"; exit 1; }
 shellcheck -x "${files[@]}"
 echo "shellcheck $(shellcheck --version | sed -n 's/^version: //p'): ${#files[@]} scripts OK"
+# The scripts users run (slurm/, env/) run under pipefail, where `... | grep -q` can fail a pipeline
+# whose pattern matched: grep exits at the first match and a writer still writing gets SIGPIPE.
+bad=$(git grep -nE '\|[[:space:]]*grep[[:space:]]+(-[a-zA-Z]*q|--quiet)' -- 'slurm/*.sh' 'env/*.sh' || true)
+if [ -n "$bad" ]; then
+  echo "FAIL: grep -q after a pipe in slurm/ or env/ (read the whole input: grep PATTERN >/dev/null):"
+  echo "$bad"
+  exit 1
+fi
+echo "no grep -q after a pipe in slurm/ and env/"
