@@ -16,17 +16,11 @@ torch::Tensor oracle_filter(const torch::Tensor& negative, const torch::Tensor& 
   return negative & (r == c) & (r >= 0);
 }
 
-OracleMethod::OracleMethod(const MethodEnv& env, int64_t start_epoch)
-    : env_(env), start_epoch_(start_epoch) {}
-
-void OracleMethod::adjust_itc(StepContext& s, loss::ItcInputs& in) {
-  if (s.static_step ? !staged_active_ : s.epoch < start_epoch_) return;
-  torch::NoGradGuard no_grad;
+std::pair<torch::Tensor, torch::Tensor> OracleMethod::exclude(const StepContext& s,
+                                                              const loss::ItcInputs&) {
   // An image anchor and a text anchor of one pair share its label: one mask for both directions.
   const torch::Tensor mask = oracle_filter(s.negative, s.batch.label, s.label_all);
-  in.exclude_i2t = mask;
-  in.exclude_t2i = mask;
-  fn_.record(in.exclude_i2t, in.exclude_t2i, s.negative, s.batch.label, s.label_all);
+  return {mask, mask};
 }
 
 }  // namespace fnvlp::negatives

@@ -4,8 +4,9 @@
 // classes), so it is the ceiling of what any false-negative filter can remove there, not a method
 // for real data: the trainer refuses it where a pair of the training set has no label
 // (train/methods.hpp: require_labels). The GloFND authors' code has the same arm.
-#include "fnvlp/negatives/filter_telemetry.hpp"
-#include "fnvlp/negatives/method.hpp"
+#include <utility>
+
+#include "fnvlp/negatives/epoch_filter.hpp"
 
 namespace fnvlp::negatives {
 
@@ -14,25 +15,14 @@ namespace fnvlp::negatives {
 torch::Tensor oracle_filter(const torch::Tensor& negative, const torch::Tensor& label_row,
                             const torch::Tensor& label_all);
 
-class OracleMethod : public Method {
+class OracleMethod : public EpochFilterMethod {
  public:
-  OracleMethod(const MethodEnv& env, int64_t start_epoch);
+  OracleMethod(const MethodEnv& env, int64_t start_epoch) : EpochFilterMethod(env, start_epoch) {}
   std::string name() const override { return "oracle"; }
-  void adjust_itc(StepContext& s, loss::ItcInputs& in) override;
-  void telemetry(nlohmann::json& m) override { fn_.report(env_.comm, m); }
-  std::vector<int64_t> static_key(const data::Batch&, const StepPosition& at) override {
-    return {at.epoch >= start_epoch_ ? 1 : 0};
-  }
-  void stage(const data::Batch&, const StepPosition&, const std::vector<int64_t>& key) override {
-    staged_active_ = key.at(0) > 0;
-    if (staged_active_) fn_.allocate(env_.device);
-  }
 
  private:
-  MethodEnv env_;
-  int64_t start_epoch_;
-  FilterTelemetry fn_;
-  bool staged_active_ = false;
+  std::pair<torch::Tensor, torch::Tensor> exclude(const StepContext& s,
+                                                  const loss::ItcInputs& in) override;
 };
 
 }  // namespace fnvlp::negatives
