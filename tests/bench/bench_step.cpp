@@ -32,7 +32,10 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "fnvlp/comm/flat_gradients.hpp"
 #include "fnvlp/comm/job_main.hpp"
+#include "fnvlp/comm/tensors.hpp"
+#include "fnvlp/comm/watchdog.hpp"
 #include "fnvlp/core/blas.hpp"
 #include "fnvlp/core/config.hpp"
 #include "fnvlp/data/augment.hpp"
@@ -43,10 +46,9 @@
 #include "fnvlp/loss/mlm.hpp"
 #include "fnvlp/model/albef.hpp"
 #include "fnvlp/train/fused_adamw.hpp"
-#include "fnvlp/train/grad_sync.hpp"
+#include "fnvlp/train/non_finite.hpp"
 #include "fnvlp/train/pretrain_config.hpp"
 #include "fnvlp/train/schedule.hpp"
-#include "fnvlp/train/watchdog.hpp"
 
 namespace {
 
@@ -72,7 +74,7 @@ class StepBench {
     std::vector<torch::Tensor> decay, no_decay;
     for (auto& p : model_->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
     params_ = model_->parameters();
-    grads_ = std::make_unique<train::FlatGradients>(params_);
+    grads_ = std::make_unique<FlatGradients>(params_);
     auto adamw = [&](double wd) {
       return torch::optim::AdamWOptions(cfg_.optim.lr)
           .betas({cfg_.optim.beta1, cfg_.optim.beta2})
@@ -199,7 +201,7 @@ class StepBench {
   int64_t step_ = 0;
   model::Albef model_;
   std::vector<torch::Tensor> params_;
-  std::unique_ptr<train::FlatGradients> grads_;
+  std::unique_ptr<FlatGradients> grads_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   loss::MlmMasking masking_;  // the last step's, for the reward pass
   double mlm_before_ = 0;

@@ -3,7 +3,7 @@
 the bytes a run logged, and its cost at 8 to 256 GPUs.
 
 Payload per rank and step (R ranks, b pairs per rank, N = R b, E = embed_dim, P parameters):
-  all-reduce  4 P            the flat fp32 gradient (train/grad_sync, or NCCL buckets)
+  all-reduce  4 P            the flat fp32 gradient (comm/flat_gradients, or NCCL buckets)
               2 N E 4        ITC's cross-rank gradient sums of the gathered image and text features
               4              the agreement on a finite loss (train/trainer: all_finite)
   all-gather  2 N E 4        the image and text features, one gather (train/step.cpp:

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "fnvlp/comm/flat_gradients.hpp"
+#include "fnvlp/comm/tensors.hpp"
 #include "fnvlp/core/blas.hpp"
 #include "fnvlp/core/error.hpp"
 #include "fnvlp/data/h5.hpp"
@@ -31,7 +33,6 @@
 #include "fnvlp/model/albef.hpp"
 #include "fnvlp/train/device.hpp"
 #include "fnvlp/train/fused_adamw.hpp"
-#include "fnvlp/train/grad_sync.hpp"
 #include "fnvlp/train/schedule.hpp"
 
 namespace {
@@ -225,7 +226,7 @@ Replay replay(const GoldenFile& f) {
   std::vector<torch::Tensor> decay, no_decay;
   for (auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
   const std::vector<torch::Tensor> params = model->parameters();
-  train::FlatGradients grads(params);
+  FlatGradients grads(params);
   auto adamw = [&](double wd) {
     return torch::optim::AdamWOptions(base_lr)
         .betas({opt_attr("beta1"), opt_attr("beta2")})

@@ -5,10 +5,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "fnvlp/comm/flat_gradients.hpp"
+#include "fnvlp/comm/tensors.hpp"
 #include "fnvlp/loss/itc.hpp"
 #include "fnvlp/model/albef.hpp"
 #include "fnvlp/negatives/momentum.hpp"
-#include "fnvlp/train/grad_sync.hpp"
 
 using fnvlp::Comm;
 
@@ -87,8 +88,8 @@ TEST(DataParallel, ItcGradientOfRanksEqualsTheConcatenatedBatch) {
     fnvlp::loss::ItcInputs in;
     in.img = dp->image_embed(dp->encode_image(g.images.index({rows})));
     in.txt = dp->text_embed(dp->encode_text(g.ids.index({rows}), g.mask.index({rows})));
-    in.img_all = fnvlp::train::allgather_rows(comm, in.img, &in.offset);
-    in.txt_all = fnvlp::train::allgather_rows(comm, in.txt, nullptr);
+    in.img_all = fnvlp::allgather_rows(comm, in.img, &in.offset);
+    in.txt_all = fnvlp::allgather_rows(comm, in.txt, nullptr);
     in.temp = dp->temp();
     in.image_id = g.image_id.index({rows});
     in.image_id_all = g.image_id;
@@ -176,8 +177,8 @@ struct Replica {
     }
     mi.img = img;
     mi.txt = txt;
-    mi.img_m_all = comm ? fnvlp::train::allgather_rows(*comm, mi.img_m, &mi.offset) : mi.img_m;
-    mi.txt_m_all = comm ? fnvlp::train::allgather_rows(*comm, mi.txt_m, nullptr) : mi.txt_m;
+    mi.img_m_all = comm ? fnvlp::allgather_rows(*comm, mi.img_m, &mi.offset) : mi.img_m;
+    mi.txt_m_all = comm ? fnvlp::allgather_rows(*comm, mi.txt_m, nullptr) : mi.txt_m;
     mi.image_id = g.image_id.index({rows});
     mi.image_id_all = g.image_id;  // the global batch in rank order, as allgather_ids gives
     mi.queue_img = queue->img();

@@ -8,12 +8,13 @@
 
 #include <memory>
 
+#include "fnvlp/comm/flat_gradients.hpp"
+#include "fnvlp/comm/tensors.hpp"
 #include "fnvlp/model/albef.hpp"
 #include "fnvlp/train/grad_buckets.hpp"
-#include "fnvlp/train/grad_sync.hpp"
 
 using fnvlp::Comm;
-using fnvlp::train::FlatGradients;
+using fnvlp::FlatGradients;
 using fnvlp::train::GradBuckets;
 
 namespace {

@@ -2,7 +2,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "fnvlp/train/grad_sync.hpp"
+#include "fnvlp/comm/flat_gradients.hpp"
+#include "fnvlp/comm/tensors.hpp"
 
 using fnvlp::Comm;
 
@@ -26,8 +27,8 @@ TEST(GradSync, BroadcastMakesReplicasIdentical) {
   torch::nn::Linear lin(5, 3);
   torch::nn::BatchNorm1d bn(3);
   bn->running_mean.fill_(comm.rank());
-  fnvlp::train::broadcast_module(comm, *lin);
-  fnvlp::train::broadcast_module(comm, *bn);
+  fnvlp::broadcast_module(comm, *lin);
+  fnvlp::broadcast_module(comm, *bn);
   torch::manual_seed(100);
   torch::nn::Linear ref(5, 3);
   EXPECT_TRUE(torch::equal(lin->weight, ref->weight));
@@ -41,7 +42,7 @@ TEST(GradSync, GradientsAreAveragedInSmallAndLargeChunks) {
     std::vector<torch::Tensor> params = {torch::zeros({3, 4}, torch::requires_grad()),
                                          torch::zeros({7}, torch::requires_grad()),
                                          torch::zeros({2}, torch::requires_grad())};
-    fnvlp::train::FlatGradients grads(params);
+    fnvlp::FlatGradients grads(params);
     params[0].mutable_grad().fill_(float(comm.rank() + 1));  // written into its slot
     params[1].mutable_grad() = torch::arange(7, torch::kFloat) * float(comm.rank());  // replaced
     // params[2] has no gradient on any rank: treated as zeros, layout stays consistent.
@@ -61,7 +62,7 @@ TEST(GradSync, AllgatherRowsKeepsRankOrderAndOffsets) {
   const int r = comm.rank();
   auto local = torch::full({r + 1, 2}, float(r));  // ragged: rank r has r+1 rows
   int64_t offset = -1;
-  auto all = fnvlp::train::allgather_rows(comm, local, &offset);
+  auto all = fnvlp::allgather_rows(comm, local, &offset);
   EXPECT_EQ(offset, int64_t(r) * (r + 1) / 2);
   ASSERT_EQ(all.size(0), int64_t(comm.size()) * (comm.size() + 1) / 2);
   EXPECT_TRUE(torch::equal(all.slice(0, offset, offset + r + 1), local));
@@ -75,13 +76,13 @@ TEST(GradSync, AllgatherRowsIsAFloatCopy) {
   const auto local =
       torch::arange(6, torch::kFloat).reshape({3, 2}).add(comm.rank()).requires_grad_(true);
   int64_t offset = -1;
-  auto all = fnvlp::train::allgather_rows(comm, local, &offset);
+  auto all = fnvlp::allgather_rows(comm, local, &offset);
   EXPECT_EQ(offset, 3 * comm.rank());
   ASSERT_EQ(all.scalar_type(), torch::kFloat);
   EXPECT_FALSE(all.requires_grad());
   all.zero_();
   EXPECT_EQ(local.detach().sum().item<float>(), 15.0f + 6.0f * comm.rank());
-  auto halves = fnvlp::train::allgather_rows(comm, local.detach().to(torch::kBFloat16), nullptr);
+  auto halves = fnvlp::allgather_rows(comm, local.detach().to(torch::kBFloat16), nullptr);
   EXPECT_EQ(halves.scalar_type(), torch::kFloat);
   EXPECT_TRUE(torch::equal(halves.narrow(0, 3 * comm.rank(), 3), local.detach()));
 }
@@ -96,7 +97,7 @@ TEST(GradSync, FlatGradientsAverageInPlaceLikeTheBuckets) {
     for (size_t i = 0; i < lin->parameters().size(); ++i)
       ref->parameters()[i].copy_(lin->parameters()[i]);
   }
-  fnvlp::train::FlatGradients grads(lin->parameters());
+  fnvlp::FlatGradients grads(lin->parameters());
   const float* base = grads.buffer().data_ptr<float>();
   ASSERT_EQ(grads.buffer().numel(), 6 * 5 + 5);
   for (int step = 0; step < 2; ++step) {  // the second step checks zero() and re-accumulation
@@ -138,7 +139,7 @@ TEST(GradSync, FlatGradientsClipLikeClipGradNorm) {
     for (size_t i = 0; i < lin->parameters().size(); ++i)
       ref->parameters()[i].copy_(lin->parameters()[i]);
   }
-  fnvlp::train::FlatGradients grads(lin->parameters());
+  fnvlp::FlatGradients grads(lin->parameters());
   const auto x = torch::randn({4, 6}) * 3.0;
   for (double max_norm : {0.5, 1e6}) {
     grads.zero();

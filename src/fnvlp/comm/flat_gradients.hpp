@@ -1,6 +1,6 @@
 #pragma once
 // The gradients of a model as one flat buffer, averaged over the ranks in place: the data-parallel
-// gradient average of fnvlp-pretrain (train/grad_sync.hpp, train/grad_buckets.hpp).
+// gradient average of fnvlp-pretrain (train/trainer.cpp, train/grad_buckets.hpp).
 #include <torch/torch.h>
 
 #include <cstdint>

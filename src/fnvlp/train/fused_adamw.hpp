@@ -14,7 +14,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "fnvlp/train/grad_sync.hpp"
+#include "fnvlp/comm/flat_gradients.hpp"
+#include "fnvlp/comm/tensors.hpp"
 
 namespace fnvlp::train {
 

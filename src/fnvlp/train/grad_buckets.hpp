@@ -24,7 +24,8 @@
 
 #include "fnvlp/comm/async_allreduce.hpp"
 #include "fnvlp/comm/comm.hpp"
-#include "fnvlp/train/grad_sync.hpp"
+#include "fnvlp/comm/flat_gradients.hpp"
+#include "fnvlp/comm/tensors.hpp"
 
 namespace fnvlp {
 class NcclComm;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "fnvlp/comm/watchdog.hpp"
 #include "fnvlp/core/config.hpp"
 #include "fnvlp/core/config_fields.hpp"
 #include "fnvlp/data/augment.hpp"
@@ -13,7 +14,7 @@
 #include "fnvlp/negatives/method_config.hpp"
 #include "fnvlp/store/checkpoint.hpp"
 #include "fnvlp/train/device.hpp"
-#include "fnvlp/train/watchdog.hpp"
+#include "fnvlp/train/non_finite.hpp"
 
 namespace fnvlp::train {
 

@@ -53,28 +53,31 @@ namespace {
 // Padded MLM rows come in multiples of this: a run of ~15% masking over ~20-token captions sees a
 // few row counts (one graph each), and a padded row costs one vocabulary row-product.
 constexpr int64_t kMlmRowMultiple = 64;
-// static_out_'s columns; the methods' extra losses follow.
+// static_.out's columns; the methods' extra losses follow.
 enum StaticOut : int64_t { kItc, kItm, kMlm, kTotal, kFinite, kStaticOutSize };
 }  // namespace
 
+StaticStepState::StaticStepState() = default;
+StaticStepState::~StaticStepState() = default;
+
 void Trainer::init_static_step() {
-  static_ = cfg_.train.static_step || cfg_.train.cuda_graphs;
-  if (!static_) return;
+  static_.on = cfg_.train.static_step || cfg_.train.cuda_graphs;
+  if (!static_.on) return;
   // The same configuration on every rank: the same refusal everywhere.
   if (const std::string why = static_step_refusal(); !why.empty())
     throw UsageError("train.static_step / train.cuda_graphs: " + why);
   for (const auto& m : methods_)
-    for (const auto& n : m->extra_loss_names()) static_extra_names_.push_back(n);
-  const auto columns = kStaticOutSize + static_cast<int64_t>(static_extra_names_.size());
-  const auto f = torch::TensorOptions().dtype(torch::kFloat).device(device_.device);
-  static_out_ = torch::zeros({columns}, f);
-  static_window_ = torch::zeros({cfg_.train.log_every, columns}, f);
+    for (const auto& n : m->extra_loss_names()) static_.extra_names.push_back(n);
+  const auto columns = kStaticOutSize + static_cast<int64_t>(static_.extra_names.size());
+  const auto f = torch::TensorOptions().dtype(torch::kFloat).device(devices_.device());
+  static_.out = torch::zeros({columns}, f);
+  static_.window = torch::zeros({cfg_.train.log_every, columns}, f);
   if (cache_.enabled())
-    static_cache_rows_ = torch::zeros({2, cfg_.train.batch_size, cfg_.model.embed_dim}, f);
+    static_.cache_rows = torch::zeros({2, cfg_.train.batch_size, cfg_.model.embed_dim}, f);
   bool graphs = cfg_.train.cuda_graphs;
   // Over MPI the captured collectives run from CUDA's host-node thread (comm/tensors.hpp), which
   // needs MPI's multiple thread level (Comm::threads_multiple): without it, no graphs.
-  if (graphs && comm_.size() > 1 && !nccl_ && !comm_.all_ok(comm_.threads_multiple())) {
+  if (graphs && comm_.size() > 1 && !devices_.nccl && !comm_.all_ok(comm_.threads_multiple())) {
     graphs = false;
     if (comm_.is_root())
       spdlog::warn(
@@ -83,8 +86,8 @@ void Trainer::init_static_step() {
           "(NCCL with one GPU per rank captures its collectives)",
           comm_.size());
   }
-  graphs_ = std::make_unique<StepGraphs>(graphs, "the step");
-  update_graphs_ = std::make_unique<StepGraphs>(graphs, "the pass after the update");
+  static_.graphs = std::make_unique<StepGraphs>(graphs, "the step");
+  static_.update_graphs = std::make_unique<StepGraphs>(graphs, "the pass after the update");
   if (comm_.is_root()) {
     std::string methods;
     for (const auto& m : methods_) methods += (methods.empty() ? "" : ", ") + m->name();
@@ -94,21 +97,22 @@ void Trainer::init_static_step() {
 }
 
 std::string Trainer::static_step_refusal() const {
-  if (cfg_.train.cuda_graphs && !device_.device.is_cuda())
-    return "train.cuda_graphs needs train.device=cuda (the device is " + device_.device.str() + ")";
+  if (cfg_.train.cuda_graphs && !devices_.device().is_cuda())
+    return "train.cuda_graphs needs train.device=cuda (the device is " + devices_.device().str() +
+           ")";
   return "";
 }
 
 int64_t Trainer::static_key_id(const std::vector<int64_t>& key) {
   const auto [it, fresh] =
-      static_key_ids_.emplace(key, static_cast<int64_t>(static_key_ids_.size()));
+      static_.key_ids.emplace(key, static_cast<int64_t>(static_.key_ids.size()));
   if (fresh) {  // every rank's log: the ranks' sequences of shapes are the same
     std::ostringstream os;
     os << "MLM rows " << key[0];
     size_t at = 1;
     for (size_t k = 0; k < methods_.size(); ++k)
-      for (size_t i = 0; i < static_key_sizes_[k]; ++i)
-        os << ", " << methods_[k]->name() << " " << key[at++];
+      for (size_t i = 0; i < static_.key_sizes[k]; ++i)
+        os << ", " << methods_[k].name() << " " << key[at++];
     spdlog::info("pretrain: static step shapes {}: {}", it->second, os.str());
   }
   return it->second;
@@ -116,24 +120,24 @@ int64_t Trainer::static_key_id(const std::vector<int64_t>& key) {
 
 void Trainer::static_train_step(const data::Batch& host_batch) {
   begin_step(host_batch);  // learning rate, the step's seed (dropout and ITM draws), faults
-  const data::Batch batch = upload_.finish(host_batch);
+  const data::Batch batch = devices_.upload.finish(host_batch);
   const StepPosition at{step_, epoch_, total_steps_};
   // The key: MLM's rows and the methods' entries, every rank's maximum.
   loss::MlmMasking masking;
   std::vector<int64_t> key = {0};
   if (cfg_.loss.mlm_weight != 0) {  // drawn on the host as the eager step draws them
     auto gen = negatives::step_generator(seed(), step_, comm_.rank(), negatives::kMlmStream);
-    const data::SpecialTokens& special = dataset_.special_tokens();
+    const data::SpecialTokens& special = data_.train.special_tokens();
     masking = loss::mask_tokens(host_batch.tokens, host_batch.attention_mask,
                                 cfg_.loss.mlm_probability, cfg_.model.vocab_size, special.mask,
                                 {special.pad, special.cls, special.sep}, gen, torch::kCPU);
     key[0] = loss::padded_rows(masking.positions.size(0), kMlmRowMultiple,
                                host_batch.size() * host_batch.tokens.size(1));
   }
-  static_key_sizes_.clear();
+  static_.key_sizes.clear();
   for (auto& m : methods_) {
     const std::vector<int64_t> part = m->static_key(host_batch, at);
-    static_key_sizes_.push_back(part.size());
+    static_.key_sizes.push_back(part.size());
     key.insert(key.end(), part.begin(), part.end());
   }
   if (comm_.size() > 1) comm_.allreduce_max(key);
@@ -142,34 +146,35 @@ void Trainer::static_train_step(const data::Batch& host_batch) {
   size_t offset = 1;
   for (size_t i = 0; i < methods_.size(); ++i) {
     const auto first = key.begin() + static_cast<std::ptrdiff_t>(offset);
-    offset += static_key_sizes_[i];
-    methods_[i]->stage(
+    offset += static_.key_sizes[i];
+    methods_[i].stage(
         host_batch, at,
         std::vector<int64_t>(first, key.begin() + static_cast<std::ptrdiff_t>(offset)));
   }
   telemetry_.record_batch(host_batch);
   clock_.lap(StepClock::kBatch);
-  if (!flagged_adamw_ && FlaggedAdamW::ready(*optimizer_))
-    flagged_adamw_ = std::make_unique<FlaggedAdamW>(*optimizer_, *grads_, cfg_.optim.grad_clip);
+  if (!optim_.flagged && FlaggedAdamW::ready(*optim_.adamw))
+    optim_.flagged =
+        std::make_unique<FlaggedAdamW>(*optim_.adamw, *optim_.grads, cfg_.optim.grad_clip);
   // Graphs once the optimizer's state exists (the first step creates it, reading the flag).
   const int64_t id = static_key_id(key);
-  if (flagged_adamw_)
-    run_graph(*graphs_, id, [&] { static_device_step(in); });
+  if (optim_.flagged)
+    run_graph(*static_.graphs, id, [&] { static_device_step(in); });
   else
     static_device_step(in);
   for (auto& m : methods_)
     if (m->wants_after_update(at)) {
       // The step's dropout stream again from its start (see the header).
       negatives::seed_dropout(seed(), step_, comm_.rank());
-      run_graph(*update_graphs_, id, [&] { static_after_update(in, *m); });
+      run_graph(*static_.update_graphs, id, [&] { static_after_update(in, *m); });
     }
   for (auto& m : methods_) m->after_device_step(at);
-  if (static_rows_.size() == static_cast<size_t>(static_window_.size(0))) flush_static_losses();
-  static_window_[static_cast<int64_t>(static_rows_.size())].copy_(static_out_);
-  static_rows_.emplace_back(step_, host_batch.size() * comm_.size());
+  if (static_.rows.size() == static_cast<size_t>(static_.window.size(0))) flush_static_losses();
+  static_.window[static_cast<int64_t>(static_.rows.size())].copy_(static_.out);
+  static_.rows.emplace_back(step_, host_batch.size() * comm_.size());
   if (cache_.enabled()) {
-    static_cache_window_.push_back(static_cache_rows_.clone());
-    static_cache_ids_.push_back(host_batch.pair_id);
+    static_.cache_window.push_back(static_.cache_rows.clone());
+    static_.cache_ids.push_back(host_batch.pair_id);
   }
   clock_.lap(StepClock::kForward);  // the whole device step: forward, backward, optimizer
 }
@@ -181,19 +186,19 @@ void Trainer::run_graph(StepGraphs& graphs, int64_t id, const std::function<void
   if (graphs.replays() == replays) return;  // run eagerly: its collectives counted themselves
   // A replay runs no host code: its collectives' bytes are those its capture counted, and NCCL
   // watches the replay as a whole.
-  auto& per_graph = graph_traffic_[{&graphs, id}];
+  auto& per_graph = static_.graph_traffic[{&graphs, id}];
   if (graphs.graphs() > captured)
     per_graph = traffic() - before;
   else
-    replayed_traffic_ += per_graph;
-  if (nccl_) nccl_->watch_stream("a replay of the step's CUDA graph");
+    static_.replayed_traffic += per_graph;
+  if (devices_.nccl) devices_.nccl->watch_stream("a replay of the step's CUDA graph");
 }
 
 StaticInputs& Trainer::stage_static_inputs(const data::Batch& batch, const data::Batch& host,
                                            const loss::MlmMasking& masking, int64_t rows) {
   const int64_t b = host.size(), L = host.tokens.size(1), n = b * comm_.size();
-  const torch::Device dev = device_.device;
-  StaticInputs& in = static_inputs_[rows];
+  const torch::Device dev = devices_.device();
+  StaticInputs& in = static_.inputs[rows];
   bool pair_ids = false, second_view = false;
   for (const auto& m : methods_) {
     pair_ids = pair_ids || m->needs_pair_ids();
@@ -251,7 +256,7 @@ StaticInputs& Trainer::stage_static_inputs(const data::Batch& batch, const data:
     stage_into(in.mlm_targets, masking.targets);
   }
   const int64_t ramp =
-      cfg_.loss.soft_warmup_steps < 0 ? uniform_steps_ : cfg_.loss.soft_warmup_steps;
+      cfg_.loss.soft_warmup_steps < 0 ? methods_.uniform_steps : cfg_.loss.soft_warmup_steps;
   in.lr.fill_(last_lr_);
   in.soft_weight.fill_(cfg_.loss.soft_weight *
                        (ramp > 0 ? std::min(1.0, static_cast<double>(step_) / ramp) : 1.0));
@@ -286,7 +291,7 @@ StepContext Trainer::static_context(const StaticInputs& in, data::Batch& dev,
 }
 
 // The forward and the weighted loss of the local batch (fills the ITC inputs and result the
-// cross-rank gradient needs); static_out_ gets the losses and this rank's finite flag.
+// cross-rank gradient needs); static_.out gets the losses and this rank's finite flag.
 torch::Tensor Trainer::static_forward(const StaticInputs& in, StepContext& s,
                                       loss::ItcInputs& itc_in, loss::ItcResult& itc) {
   const model::AutocastCache cast_once(bf16());  // each weight cast to bf16 once per step
@@ -307,8 +312,8 @@ torch::Tensor Trainer::static_forward(const StaticInputs& in, StepContext& s,
   // ITC in fp32 against the global batch, as the eager step (step.cpp itc_inputs).
   s.img = s.img.to(torch::kFloat);
   s.txt = s.txt.to(torch::kFloat);
-  if (static_cache_rows_.defined())
-    static_cache_rows_.copy_(torch::stack({s.img.detach(), s.txt.detach()}));
+  if (static_.cache_rows.defined())
+    static_.cache_rows.copy_(torch::stack({s.img.detach(), s.txt.detach()}));
   s.temp = model_->temp();
   bool built = false;
   for (auto& m : methods_) built = built || m->build_itc(s, itc_in);
@@ -365,9 +370,9 @@ torch::Tensor Trainer::static_forward(const StaticInputs& in, StepContext& s,
       cfg_.loss.itc_weight * itc.loss + cfg_.loss.itm_weight * itm + cfg_.loss.mlm_weight * mlm;
   std::vector<negatives::NamedLoss> extra;  // the methods' own losses (TCL)
   for (auto& m : methods_) m->extra_losses(s, extra);
-  FNVLP_CHECK(extra.size() == static_extra_names_.size(),
+  FNVLP_CHECK(extra.size() == static_.extra_names.size(),
               "static step: the methods added " << extra.size() << " losses, they named "
-                                                << static_extra_names_.size());
+                                                << static_.extra_names.size());
   for (const auto& e : extra) total = total + e.weight * e.value;
   total = total * in.inject;
   torch::NoGradGuard no_grad;
@@ -376,12 +381,12 @@ torch::Tensor Trainer::static_forward(const StaticInputs& in, StepContext& s,
   std::vector<torch::Tensor> out = {itc.loss.detach(), itm.detach(), mlm.detach(), total.detach(),
                                     finite.to(torch::kFloat)};
   for (const auto& e : extra) out.push_back(e.value.detach().to(torch::kFloat));
-  static_out_.copy_(torch::stack(out));
+  static_.out.copy_(torch::stack(out));
   return total;
 }
 
 void Trainer::static_device_step(const StaticInputs& in) {
-  grads_->zero();
+  optim_.grads->zero();
   data::Batch dev;
   const data::Batch no_host;
   StepContext s = static_context(in, dev, no_host);
@@ -389,11 +394,11 @@ void Trainer::static_device_step(const StaticInputs& in) {
   loss::ItcResult itc;
   torch::Tensor total = static_forward(in, s, itc_in, itc);
   // Every rank takes the same decision: finite on all of them (a sum of flags), on the device.
-  torch::Tensor finite = static_out_[kFinite].clone();
+  torch::Tensor finite = static_.out[kFinite].clone();
   if (comm_.size() > 1) {
     allreduce_sum(comm_, finite);
     finite = finite.eq(static_cast<double>(comm_.size())).to(torch::kFloat);
-    static_out_[kFinite].copy_(finite);  // the window keeps the agreed decision
+    static_.out[kFinite].copy_(finite);  // the window keeps the agreed decision
   }
   if (itc_in.cross_rank_grad) {  // the exact data-parallel ITC gradient (loss/itc.hpp)
     loss::ItcGatheredGrads g = loss::itc_gathered_grads(itc);
@@ -401,10 +406,10 @@ void Trainer::static_device_step(const StaticInputs& in) {
     total = total + cfg_.loss.itc_weight * loss::itc_cross_rank_term(itc_in, g);
   }
   backward_and_average(total);  // NaN gradients of a skipped step are never applied
-  if (flagged_adamw_) {
-    flagged_adamw_->step(in.lr, finite);
+  if (optim_.flagged) {
+    optim_.flagged->step(in.lr, finite);
   } else if (finite.item<float>() != 0.0f) {  // the first step: it creates AdamW's state
-    adamw_step(*optimizer_, *grads_, cfg_.optim.grad_clip);
+    adamw_step(*optim_.adamw, *optim_.grads, cfg_.optim.grad_clip);
   }
   s.finite = finite;
   torch::NoGradGuard no_grad;
@@ -419,25 +424,25 @@ void Trainer::static_after_update(const StaticInputs& in, negatives::Method& met
 }
 
 void Trainer::flush_static_losses() {
-  if (!static_cache_window_.empty()) {  // the training passes' embeddings into the cache
-    const torch::Tensor rows = torch::stack(static_cache_window_).to(torch::kCPU);
-    for (size_t i = 0; i < static_cache_ids_.size(); ++i) {
+  if (!static_.cache_window.empty()) {  // the training passes' embeddings into the cache
+    const torch::Tensor rows = torch::stack(static_.cache_window).to(torch::kCPU);
+    for (size_t i = 0; i < static_.cache_ids.size(); ++i) {
       const torch::Tensor r = rows[static_cast<int64_t>(i)];
-      cache_.record(static_cache_ids_[i], r[0], r[1]);
+      cache_.record(static_.cache_ids[i], r[0], r[1]);
     }
-    static_cache_window_.clear();
-    static_cache_ids_.clear();
+    static_.cache_window.clear();
+    static_.cache_ids.clear();
   }
-  if (static_rows_.empty()) return;
-  const auto n = static_cast<int64_t>(static_rows_.size());
-  const torch::Tensor host = static_window_.narrow(0, 0, n).to(torch::kCPU, torch::kDouble);
+  if (static_.rows.empty()) return;
+  const auto n = static_cast<int64_t>(static_.rows.size());
+  const torch::Tensor host = static_.window.narrow(0, 0, n).to(torch::kCPU, torch::kDouble);
   const auto rows = host.accessor<double, 2>();
   std::vector<std::pair<int64_t, int64_t>> done;
-  done.swap(static_rows_);
+  done.swap(static_.rows);
   for (int64_t i = 0; i < n; ++i) {
     StepLosses l{rows[i][kItc], rows[i][kItm], rows[i][kMlm], rows[i][kTotal], {}};
-    for (size_t e = 0; e < static_extra_names_.size(); ++e)
-      l.extra.emplace_back(static_extra_names_[e],
+    for (size_t e = 0; e < static_.extra_names.size(); ++e)
+      l.extra.emplace_back(static_.extra_names[e],
                            rows[i][kStaticOutSize + static_cast<int64_t>(e)]);
     telemetry_.add(l, done[static_cast<size_t>(i)].second);
     skips_.record(rows[i][kFinite] == 0.0, done[static_cast<size_t>(i)].first);

@@ -29,7 +29,7 @@ using negatives::StepContext;
 // One optimizer step (or a skipped one), read top to bottom. Returns this rank's losses.
 StepLosses Trainer::train_step(const data::Batch& host_batch) {
   begin_step(host_batch);
-  const data::Batch batch = upload_.finish(host_batch);
+  const data::Batch batch = devices_.upload.finish(host_batch);
   StepContext s{batch, host_batch, clock_, step_, epoch_, total_steps_};
   for (auto& m : methods_) s.want_plain_mlm = s.want_plain_mlm || m->needs_plain_mlm();
   s.images = batch.prepared;  // augmented for this step by the loader (run())
@@ -72,7 +72,7 @@ StepLosses Trainer::train_step(const data::Batch& host_batch) {
     sum_gathered_grads(g);
     total = total + cfg_.loss.itc_weight * loss::itc_cross_rank_term(in, g);
   }
-  grads_->zero();
+  optim_.grads->zero();
   clock_.lap(StepClock::kComm);
   skips_.record(!finite, step_);
   if (!finite) {
@@ -84,7 +84,7 @@ StepLosses Trainer::train_step(const data::Batch& host_batch) {
   }
   backward_and_average(total);
   // Clipping's scale applied inside the AdamW pass (no pass of its own over the gradients).
-  adamw_step(*optimizer_, *grads_, cfg_.optim.grad_clip);
+  adamw_step(*optim_.adamw, *optim_.grads, cfg_.optim.grad_clip);
   clock_.lap(StepClock::kOptimizer);
   for (auto& m : methods_) m->after_step(s);  // momentum EMA, FALCON's policy update
   clock_.lap(StepClock::kFalcon);
@@ -97,7 +97,7 @@ void Trainer::begin_step(const data::Batch& batch) {
   last_lr_ = lr_at(schedule_step(samples_seen_, schedule_ranks_ * schedule_batch_),
                    static_cast<double>(schedule_steps_), cfg_.optim.warmup_steps, cfg_.optim.lr,
                    cfg_.optim.min_lr);
-  for (auto& group : optimizer_->param_groups())
+  for (auto& group : optim_.adamw->param_groups())
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(last_lr_);
   negatives::seed_dropout(seed(), step_, comm_.rank());  // dropout draws: exact resumes
   fault::at_step(step_);  // step.kill / step.sleep / step.throw / step.oom (core/fault.hpp)
@@ -123,7 +123,7 @@ loss::ItcInputs Trainer::itc_inputs(StepContext& s) {
   if (cache_.enabled()) cache_.record(s.host.pair_id, s.img, s.txt);
   s.temp = model_->temp();  // outside any NoGradGuard: it is learned
   const int64_t ramp =
-      cfg_.loss.soft_warmup_steps < 0 ? uniform_steps_ : cfg_.loss.soft_warmup_steps;
+      cfg_.loss.soft_warmup_steps < 0 ? methods_.uniform_steps : cfg_.loss.soft_warmup_steps;
   s.soft_weight =
       cfg_.loss.soft_weight * (ramp > 0 ? std::min(1.0, static_cast<double>(step_) / ramp) : 1.0);
   loss::ItcInputs in;
@@ -142,7 +142,7 @@ loss::ItcInputs Trainer::itc_inputs(StepContext& s) {
     in.soft_weight = s.soft_weight;
     in.cross_rank_grad = comm_.size() > 1;
   }
-  if (!s.label_all.defined()) s.label_all = allgather_ids(comm_, s.host.label, device_.device);
+  if (!s.label_all.defined()) s.label_all = allgather_ids(comm_, s.host.label, devices_.device());
   // Negatives of each local anchor: every global column that does not share its image_id.
   s.negative = in.image_id.unsqueeze(1) != in.image_id_all.unsqueeze(0);
   clock_.lap(StepClock::kForward);
@@ -184,15 +184,15 @@ torch::Tensor Trainer::itm_loss(StepContext& s, const loss::ItcInputs& in,
 // (skipped at weight 0, as in retrieval fine-tuning: a third of the step's compute).
 torch::Tensor Trainer::mlm_loss(StepContext& s, const std::vector<torch::Tensor>& image_keys) {
   if (cfg_.loss.mlm_weight == 0)
-    return torch::zeros({}, torch::dtype(torch::kFloat).device(device_.device));
+    return torch::zeros({}, torch::dtype(torch::kFloat).device(devices_.device()));
   const torch::Tensor& mask = s.batch.attention_mask;
   auto gen = negatives::step_generator(seed(), step_, comm_.rank(), negatives::kMlmStream);
-  const data::SpecialTokens& special = dataset_.special_tokens();
+  const data::SpecialTokens& special = data_.train.special_tokens();
   // From the host batch: nothing read back from the device; the masked ids and targets are copied
   // to it without waiting, the positions stay on the host for fuse_at.
   s.masking = loss::mask_tokens(s.host.tokens, s.host.attention_mask, cfg_.loss.mlm_probability,
                                 cfg_.model.vocab_size, special.mask,
-                                {special.pad, special.cls, special.sep}, gen, device_.device);
+                                {special.pad, special.cls, special.sep}, gen, devices_.device());
   // The decoder and its cross-entropy under autocast too (autocast runs the softmax in fp32).
   model::Bf16Autocast autocast(bf16());
   // The MLM passes draw their dropout masks from a stream of their own: FALCON's reward pass
@@ -211,13 +211,13 @@ torch::Tensor Trainer::mlm_loss(StepContext& s, const std::vector<torch::Tensor>
 }
 
 void Trainer::backward_and_average(const torch::Tensor& total) {
-  if (buckets_) buckets_->begin();
+  if (optim_.buckets) optim_.buckets->begin();
   total.backward();
   clock_.lap(StepClock::kBackward);
-  if (buckets_)
-    buckets_->finish();
+  if (optim_.buckets)
+    optim_.buckets->finish();
   else
-    grads_->allreduce_mean(comm_);
+    optim_.grads->allreduce_mean(comm_);
   clock_.lap(StepClock::kComm);  // with buckets: the wait for the ones not done by now
 }
 
@@ -234,7 +234,7 @@ std::pair<torch::Tensor, torch::Tensor> Trainer::gather_ids_and_labels(const dat
   const int64_t b = host.size();
   const torch::Tensor both = allgather_ids(
       comm_, torch::cat({host.image_id.to(torch::kLong), host.label.to(torch::kLong)}),
-      device_.device);
+      devices_.device());
   const torch::Tensor per_rank = both.view({comm_.size(), 2, b});
   return {per_rank.select(1, 0).reshape({-1}), per_rank.select(1, 1).reshape({-1})};
 }

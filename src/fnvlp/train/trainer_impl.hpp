@@ -1,7 +1,10 @@
 #pragma once
 // The pretraining loop's class, shared by trainer.cpp (construction and the loop), step.cpp (the
 // eager step), static_step.cpp (the static step CUDA graphs capture) and trainer_state.cpp (epoch
-// ends, exports, checkpoints and resume). Private to train/.
+// ends, exports, checkpoints and resume). It is made of parts with one job each, built from their
+// own configuration sections: TrainingData (training_data.hpp), RunDevices (run_devices.hpp),
+// Optimization (optimization.hpp), MethodSet (method_set.hpp) and the static step's state below.
+// Private to train/.
 #include <torch/torch.h>
 
 #include <functional>
@@ -12,7 +15,10 @@
 #include <utility>
 #include <vector>
 
+#include "fnvlp/comm/flat_gradients.hpp"
 #include "fnvlp/comm/nccl.hpp"
+#include "fnvlp/comm/tensors.hpp"
+#include "fnvlp/comm/watchdog.hpp"
 #include "fnvlp/core/timer.hpp"
 #include "fnvlp/data/augment.hpp"
 #include "fnvlp/data/dataset.hpp"
@@ -30,16 +36,17 @@
 #include "fnvlp/train/batch_upload.hpp"
 #include "fnvlp/train/device.hpp"
 #include "fnvlp/train/epoch_cache.hpp"
-#include "fnvlp/train/grad_sync.hpp"
+#include "fnvlp/train/method_set.hpp"
+#include "fnvlp/train/non_finite.hpp"
+#include "fnvlp/train/optimization.hpp"
 #include "fnvlp/train/pretrain_config.hpp"
+#include "fnvlp/train/run_devices.hpp"
 #include "fnvlp/train/step_telemetry.hpp"
 #include "fnvlp/train/trainer.hpp"
-#include "fnvlp/train/watchdog.hpp"
+#include "fnvlp/train/training_data.hpp"
 
 namespace fnvlp::train {
 
-class FlaggedAdamW;
-class GradBuckets;
 class StepProfiler;
 class StepGraphs;
 
@@ -57,6 +64,33 @@ struct StaticInputs {
   torch::Tensor mlm_positions, mlm_targets;  // int64 [rows]: padded (loss/mlm.hpp pad_positions)
   torch::Tensor lr, soft_weight, inject;     // float 0-dim; inject: 1, or NaN at an injected fault
   int64_t offset = 0;                        // this rank's first row of the gathered batch
+};
+
+// The static step's state (train.static_step, train.cuda_graphs; static_step.cpp).
+struct StaticStepState {
+  StaticStepState();
+  ~StaticStepState();
+  bool on = false;
+  std::map<int64_t, StaticInputs> inputs;  // per padded MLM row count
+  // The agreed keys (MLM rows, then each method's static_key) and their dense ids; the entries
+  // each method added to the current one.
+  std::map<std::vector<int64_t>, int64_t> key_ids;
+  std::vector<size_t> key_sizes;
+  // float [5 + extras]: the last step's itc, itm, mlm, total, finite and the methods' losses
+  torch::Tensor out;
+  std::vector<std::string> extra_names;
+  torch::Tensor window;                           // float [log_every, 5 + extras]: not flushed
+  std::vector<std::pair<int64_t, int64_t>> rows;  // their (step, global samples)
+  // sampler.embeddings=cached: the step's embeddings [2, b, E] and the window of them (with the
+  // batches' pair ids), recorded into the epoch cache at the flush
+  torch::Tensor cache_rows;
+  std::vector<torch::Tensor> cache_window, cache_ids;
+  std::unique_ptr<StepGraphs> graphs;
+  std::unique_ptr<StepGraphs> update_graphs;  // Method::after_update's passes
+  // What each graph's collectives move (counted while it was captured), and the sum over the
+  // replays so far (traffic() adds it: a replay runs no host code that could count).
+  std::map<std::pair<const StepGraphs*, int64_t>, CommTraffic> graph_traffic;
+  CommTraffic replayed_traffic;
 };
 
 using store::CheckpointInfo;
@@ -81,7 +115,6 @@ using store::write_model_config;
 class Trainer {
  public:
   Trainer(const Comm& comm, const PretrainConfig& cfg, const PretrainOptions& opt);
-  // Unregisters its NCCL communicator from the tensor collectives before it goes.
   ~Trainer();
 
   // The training loop under `dog` (created before the constructor, so start-up is watched too).
@@ -105,15 +138,13 @@ class Trainer {
   RunStatus train_loop(Watchdog& dog, MetricsWriter& metrics, BatchSource& loader);
   // One training step, profiled and its traffic counted.
   void step_once(const data::Batch& batch, StepProfiler& profiler);
-  // Logging, agreed stop (true: checkpointed, stop now), on-demand export, periodic checkpoint.
-  bool after_step(Watchdog& dog, MetricsWriter& metrics, const BatchSource& loader);
+  // Between two steps: logging, agreed stop (true: checkpointed, stop now), on-demand export,
+  // periodic checkpoint.
+  bool between_steps(Watchdog& dog, MetricsWriter& metrics, const BatchSource& loader);
 
   uint64_t seed() const { return static_cast<uint64_t>(cfg_.train.seed); }
-  int64_t epoch_steps(int64_t epoch) const { return epoch == 0 ? uniform_steps_ : grouped_steps_; }
-  bool wants_epoch_embeddings() const {
-    for (const auto& m : methods_)
-      if (m->wants_epoch_embeddings()) return true;
-    return false;
+  int64_t epoch_steps(int64_t epoch) const {
+    return epoch == 0 ? methods_.uniform_steps : methods_.grouped_steps;
   }
 
   // One optimizer step (or a skipped one), read top to bottom (step.cpp); this rank's losses.
@@ -207,7 +238,7 @@ class Trainer {
   // Collective: embeddings/epoch-EEE.h5 of the current weights; returns this rank's block of it.
   data::Embeddings export_embeddings(Watchdog& dog, MetricsWriter& metrics);
   // Zero-shot retrieval on --val (every epoch end, whether or not the training set is exported).
-  void validate(Watchdog& dog, MetricsWriter& metrics);
+  void validate_retrieval(Watchdog& dog, MetricsWriter& metrics);
 
   // The checkpoint's pieces: each method's state (collective ones first), this rank's sampler
   // cursor, and on rank 0 the model, its architecture, the optimizer and the loop's counters.
@@ -235,39 +266,24 @@ class Trainer {
   bool maybe_resume();
 
   const Comm& comm_;
-  PretrainConfig cfg_;
+  PretrainConfig cfg_;  // checked, its fault knobs installed (trainer.cpp startup_config)
   PretrainOptions opt_;
   RunDir run_;
-  data::PairDataset dataset_;
-  std::unique_ptr<data::PairDataset> val_;
-  data::BlockPartition partition_;
-  data::Augmenter augment_;
+  TrainingData data_;
   CheckpointManager ckpt_;
   SkipCounter skips_;
-  DeviceChoice device_;
-  // The batches' copies to the device, started by the loader (batch_upload.hpp).
-  BatchUpload upload_{torch::kCPU};
-  std::unique_ptr<NcclComm> nccl_;  // collectives of device tensors (null: MPI)
+  RunDevices devices_;
   // What the training steps moved since the last log line, which was at step traffic_step_.
   CommTraffic step_traffic_;
   int64_t traffic_step_ = 0;
   StepTelemetry telemetry_;
-  model::Albef model_{nullptr};
-  std::vector<torch::Tensor> params_;
-  std::unique_ptr<FlatGradients> grads_;  // params_' gradients, one buffer for the allreduce
-  std::unique_ptr<GradBuckets> buckets_;  // comm.bucket_mb > 0 at more than one rank
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
-  std::unique_ptr<negatives::MethodEnv> env_;
-  std::vector<std::unique_ptr<negatives::Method>> methods_;
-  std::unique_ptr<data::UniformSampler> uniform_;  // the sampler when no method composes batches
-  data::Sampler* sampler_ = nullptr;
-  negatives::GroupedSampler* grouped_ = nullptr;  // sampler_ when it groups (grit, falcon)
+  model::Albef model_;
+  Optimization optim_;
+  MethodSet methods_;
   Components components_;
   nlohmann::json sampler_state_;  // the cursor after the last step taken
   bool resume_in_epoch_ = false;
   int64_t loop_step_in_epoch_ = 0;
-  int64_t uniform_steps_ = 0;  // steps of a uniform epoch (epoch 0 always)
-  int64_t grouped_steps_ = 0;  // steps of a grouped epoch (GRIT / FALCON, from epoch 1)
   int64_t total_steps_ = 0;
   // Samples consumed by all ranks together; the schedule's global batch is that of the run's first
   // launch (schedule_ranks_ x schedule_batch_), kept through resumes on other rank counts.
@@ -288,29 +304,7 @@ class Trainer {
   double last_lr_ = 0;
   StepClock clock_;
   EpochCache cache_;  // sampler.embeddings=cached
-  // train.static_step / train.cuda_graphs
-  bool static_ = false;
-  std::map<int64_t, StaticInputs> static_inputs_;  // per padded MLM row count
-  // The agreed keys (MLM rows, then each method's static_key) and their dense ids; the entries
-  // each method added to the current one.
-  std::map<std::vector<int64_t>, int64_t> static_key_ids_;
-  std::vector<size_t> static_key_sizes_;
-  // float [5 + extras]: the last step's itc, itm, mlm, total, finite and the methods' losses
-  torch::Tensor static_out_;
-  std::vector<std::string> static_extra_names_;
-  torch::Tensor static_window_;  // float [log_every, 5 + extras]: static_out_ not yet flushed
-  std::vector<std::pair<int64_t, int64_t>> static_rows_;  // their (step, global samples)
-  // sampler.embeddings=cached: the step's embeddings [2, b, E] and the window of them (with the
-  // batches' pair ids), recorded into cache_ at the flush
-  torch::Tensor static_cache_rows_;
-  std::vector<torch::Tensor> static_cache_window_, static_cache_ids_;
-  std::unique_ptr<FlaggedAdamW> flagged_adamw_;  // once the optimizer has its state
-  std::unique_ptr<StepGraphs> graphs_;
-  std::unique_ptr<StepGraphs> update_graphs_;  // Method::after_update's passes
-  // What each graph's collectives move (counted while it was captured), and the sum over the
-  // replays so far (traffic() adds it: a replay runs no host code that could count).
-  std::map<std::pair<const StepGraphs*, int64_t>, CommTraffic> graph_traffic_;
-  CommTraffic replayed_traffic_;
+  StaticStepState static_;
 };
 
 }  // namespace fnvlp::train

@@ -182,8 +182,8 @@ void check_resume_settings(const Comm& comm, const std::string& checkpoint,
 }  // namespace
 
 void Trainer::finish_epoch(Watchdog& dog, MetricsWriter& metrics) {
-  if (static_) flush_static_losses();  // the cached embeddings of the epoch's last steps
-  data::Embeddings exported;           // this rank's block of the export, if there is one
+  if (static_.on) flush_static_losses();  // the cached embeddings of the epoch's last steps
+  data::Embeddings exported;              // this rank's block of the export, if there is one
   if (cfg_.train.export_embeddings) {
     exported = export_embeddings(dog, metrics);
     for (auto& m : methods_)
@@ -193,14 +193,14 @@ void Trainer::finish_epoch(Watchdog& dog, MetricsWriter& metrics) {
         m->epoch_exported(epoch_ + 1, run_.embeddings_path(epoch_));
       }
   }
-  validate(dog, metrics);
+  validate_retrieval(dog, metrics);
   if (cache_.enabled()) {  // the next epoch groups by the training passes' embeddings
     auto guard = dog.long_phase("cached embeddings", cfg_.watchdog.long_phase_timeout_s);
     const data::Embeddings snap = cached_snapshot();
     write_embeddings_collective(comm_, run_.cached_embeddings_path(epoch_), snap,
-                                dataset_.num_pairs());
+                                data_.train.num_pairs());
     for (auto& m : methods_) m->set_epoch_embeddings(epoch_ + 1, cache_.image(), cache_.text());
-  } else if (wants_epoch_embeddings()) {  // ... or by this epoch's export
+  } else if (methods_.wants_epoch_embeddings()) {  // ... or by this epoch's export
     const auto [img, txt] = embedding_tensors(exported);
     for (auto& m : methods_) m->set_epoch_embeddings(epoch_ + 1, img, txt);
   }
@@ -209,12 +209,12 @@ void Trainer::finish_epoch(Watchdog& dog, MetricsWriter& metrics) {
 
 // The cache as this rank's block of an export; pairs no step has embedded yet are embedded now.
 data::Embeddings Trainer::cached_snapshot() {
-  const data::PairRange block = partition_.block(comm_.rank());
+  const data::PairRange block = data_.partition.block(comm_.rank());
   const std::vector<int64_t> unseen = cache_.unseen();
   comm_.collective([&] {
     if (unseen.empty()) return;
     const data::Embeddings e =
-        embed_pairs(model_, augment_, dataset_, unseen, cfg_.train.export_batch);
+        embed_pairs(model_, data_.augment, data_.train, unseen, cfg_.train.export_batch);
     cache_.fill(unseen, e.image_emb, e.text_emb);
   });
   const int64_t embedded = comm_.allreduce_sum(static_cast<int64_t>(unseen.size()));
@@ -222,7 +222,7 @@ data::Embeddings Trainer::cached_snapshot() {
     spdlog::info(
         "pretrain: epoch {} grouped by the training passes' embeddings ({} of {} pairs "
         "never in a step, embedded now)",
-        epoch_ + 1, embedded, dataset_.num_pairs());
+        epoch_ + 1, embedded, data_.train.num_pairs());
   data::Embeddings snap;
   snap.epoch = epoch_;
   snap.step = step_;
@@ -233,7 +233,7 @@ data::Embeddings Trainer::cached_snapshot() {
   snap.image_emb.assign(img, img + cache_.image().numel());
   snap.text_emb.assign(txt, txt + cache_.text().numel());
   for (int64_t p = block.begin; p < block.end; ++p) snap.pair_id.push_back(p);
-  comm_.collective([&] { dataset_.ids(snap.pair_id, &snap.image_id, &snap.label); });
+  comm_.collective([&] { data_.train.ids(snap.pair_id, &snap.image_id, &snap.label); });
   return snap;
 }
 
@@ -269,7 +269,7 @@ void Trainer::start_on_changed_data() {
 
 // A resumed grouped epoch E uses the embeddings exported (or cached) at the end of epoch E - 1.
 void Trainer::restore_epoch_embeddings() {
-  if (!wants_epoch_embeddings()) return;
+  if (!methods_.wants_epoch_embeddings()) return;
   if (!data_change_.is_null()) {
     // The last epoch's embeddings are the old data's: the new data's at the current weights.
     const data::Embeddings e = embed_training_set();
@@ -284,12 +284,12 @@ void Trainer::restore_epoch_embeddings() {
       cache_.enabled() ? run_.cached_embeddings_path(epoch_ - 1) : run_.embeddings_path(epoch_ - 1);
   FNVLP_CHECK(fs::exists(path), path << ": missing; the grouped sampler of epoch " << epoch_
                                      << " needs the embeddings of epoch " << epoch_ - 1);
-  const data::PairRange block = partition_.block(comm_.rank());
+  const data::PairRange block = data_.partition.block(comm_.rank());
   int64_t rows = 0;
   data::Embeddings e;
   comm_.collective([&] { e = data::read_embedding_rows(path, block.begin, 0, &rows); });
-  FNVLP_CHECK(rows == dataset_.num_pairs(),
-              path << ": " << rows << " rows, the dataset has " << dataset_.num_pairs());
+  FNVLP_CHECK(rows == data_.train.num_pairs(),
+              path << ": " << rows << " rows, the dataset has " << data_.train.num_pairs());
   comm_.collective([&] { e = data::read_embedding_rows(path, block.begin, block.size()); });
   const auto [img, txt] = embedding_tensors(e);
   for (auto& m : methods_) m->set_epoch_embeddings(epoch_, img, txt);
@@ -312,7 +312,8 @@ void Trainer::call_epoch_hook(Watchdog& dog, MetricsWriter& metrics) {
 data::Embeddings Trainer::embed_training_set() {
   data::Embeddings e;
   comm_.collective([&] {
-    e = embed_dataset(comm_, model_, augment_, dataset_, cfg_.train.export_batch, epoch_, step_);
+    e = embed_dataset(comm_, model_, data_.augment, data_.train, cfg_.train.export_batch, epoch_,
+                      step_);
   });
   for (auto& m : methods_) m->export_embeddings(e);
   return e;
@@ -326,28 +327,28 @@ void Trainer::export_on_demand(Watchdog& dog) {
   fault::point("export.sleep", epoch_);
   const data::Embeddings e = embed_training_set();
   const std::string path = fmt::format("{}/step-{:07d}.h5", run_.embeddings_dir(), step_);
-  write_embeddings_collective(comm_, path, e, dataset_.num_pairs());
+  write_embeddings_collective(comm_, path, e, data_.train.num_pairs());
   if (comm_.is_root())
     spdlog::info("pretrain: embeddings of {} pairs at step {} -> {} (requested by SIGUSR2)",
-                 dataset_.num_pairs(), step_, path);
+                 data_.train.num_pairs(), step_, path);
 }
 
 data::Embeddings Trainer::export_embeddings(Watchdog& dog, MetricsWriter& metrics) {
   auto guard = dog.long_phase("export embeddings", cfg_.watchdog.long_phase_timeout_s);
   fault::point("export.sleep", epoch_);
   data::Embeddings e = embed_training_set();
-  write_embeddings_collective(comm_, run_.embeddings_path(epoch_), e, dataset_.num_pairs());
+  write_embeddings_collective(comm_, run_.embeddings_path(epoch_), e, data_.train.num_pairs());
   last_exported_epoch_ = epoch_;
   return e;
 }
 
-void Trainer::validate(Watchdog& dog, MetricsWriter& metrics) {
-  if (!val_ || last_validated_epoch_ >= epoch_) return;
+void Trainer::validate_retrieval(Watchdog& dog, MetricsWriter& metrics) {
+  if (!data_.val || last_validated_epoch_ >= epoch_) return;
   auto guard = dog.long_phase("validation", cfg_.watchdog.long_phase_timeout_s);
   const std::string val_path =
       run_.embeddings_dir() + "/val-" + fs::path(run_.embeddings_path(epoch_)).filename().string();
-  metrics.write(zero_shot_validation(comm_, model_, augment_, *val_, cfg_.train.export_batch,
-                                     epoch_, step_, val_path));
+  metrics.write(zero_shot_validation(comm_, model_, data_.augment, *data_.val,
+                                     cfg_.train.export_batch, epoch_, step_, val_path));
   last_validated_epoch_ = epoch_;
 }
 
@@ -366,12 +367,13 @@ void Trainer::register_components() {
                      mp->collective_save()});
   }
   if (cache_.enabled())
-    components_.add({"epoch_cache",
-                     [this](const std::string& d) { cache_.save(d, comm_, dataset_.num_pairs()); },
-                     [this](const std::string& d, int) {
-                       if (data_change_.is_null()) cache_.load(d, comm_);
-                     },
-                     true});
+    components_.add(
+        {"epoch_cache",
+         [this](const std::string& d) { cache_.save(d, comm_, data_.train.num_pairs()); },
+         [this](const std::string& d, int) {
+           if (data_change_.is_null()) cache_.load(d, comm_);
+         },
+         true});
   components_.add({"sampler",
                    [this](const std::string& d) {
                      write_file((fs::path(d) / rank_file("sampler", comm_.rank())).string(),
@@ -387,8 +389,8 @@ void Trainer::register_components() {
                    [this](const std::string& d, int) { load_module(d, "model", *model_); }});
   components_.add(
       {"optimizer",
-       root_only([this](const std::string& d) { save_optimizer(d, "optimizer", *optimizer_); }),
-       [this](const std::string& d, int) { load_optimizer(d, "optimizer", *optimizer_); }});
+       root_only([this](const std::string& d) { save_optimizer(d, "optimizer", *optim_.adamw); }),
+       [this](const std::string& d, int) { load_optimizer(d, "optimizer", *optim_.adamw); }});
   components_.add({"trainer", root_only([this](const std::string& d) { save_loop_state(d); }),
                    [this](const std::string& d, int) { load_loop_state(d); }});
 }
@@ -410,7 +412,7 @@ void Trainer::save_loop_state(const std::string& dir) {
                       {"skipped_steps", skips_.total()},
                       {"last_exported_epoch", last_exported_epoch_},
                       {"last_validated_epoch", last_validated_epoch_},
-                      {"data", data_identity(dataset_.manifest(), opt_.data_dir)}};
+                      {"data", data_identity(data_.train.manifest(), opt_.data_dir)}};
   write_file((fs::path(dir) / "trainer.json").string(), state.dump(2));
 }
 
@@ -438,10 +440,11 @@ void Trainer::load_loop_state(const std::string& dir) {
 
 int64_t Trainer::planned_steps(int ranks, int64_t batch) const {
   if (cfg_.train.max_steps > 0) return cfg_.train.max_steps;
-  const int64_t n = data::BlockPartition(dataset_.num_pairs(), ranks).min_block_size();
+  const int64_t n = data::BlockPartition(data_.train.num_pairs(), ranks).min_block_size();
   const int64_t uniform = n / batch;
-  const int64_t grouped =
-      grouped_ ? negatives::grouped_batches(n, grouped_->config().search_space, batch) : uniform;
+  const int64_t grouped = methods_.grouped ? negatives::grouped_batches(
+                                                 n, methods_.grouped->config().search_space, batch)
+                                           : uniform;
   return uniform + (cfg_.train.epochs - 1) * grouped;
 }
 
@@ -454,7 +457,7 @@ int64_t Trainer::last_step() const {
   }
   if (epoch_ >= cfg_.train.epochs) return step_;
   return step_ + (epoch_steps(epoch_) - step_in_epoch_) +
-         (cfg_.train.epochs - 1 - epoch_) * grouped_steps_;
+         (cfg_.train.epochs - 1 - epoch_) * methods_.grouped_steps;
 }
 
 // This rank's cursor; from a checkpoint of another rank count or batch size, rank 0's (a uniform
@@ -501,16 +504,17 @@ void Trainer::continue_on_new_ranks() {
       step_in_epoch_ = 0;
       return;
     }
-    FNVLP_CHECK(grouped_ != nullptr,
+    FNVLP_CHECK(methods_.grouped != nullptr,
                 "pretrain: the checkpoint holds a grouped sampler state and "
                 "this run's sampler does not group");
-    grouped_->resplit(old_grouped_states_);
+    methods_.grouped->resplit(old_grouped_states_);
     old_grouped_states_.clear();
   } else {
-    sampler_->load_state(sampler_state_);
+    methods_.sampler->load_state(sampler_state_);
   }
-  sampler_state_ = sampler_->state();
-  const int64_t left = uniform_ ? uniform_->batches_remaining() : grouped_->batches_remaining();
+  sampler_state_ = methods_.sampler->state();
+  const int64_t left = methods_.uniform ? methods_.uniform->batches_remaining()
+                                        : methods_.grouped->batches_remaining();
   FNVLP_CHECK(left >= 0 && left <= epoch_steps(epoch_),
               "pretrain: the sampler state of "
                   << from << " ranks leaves " << left << " batches of epoch " << epoch_ << " on "
@@ -526,9 +530,9 @@ void Trainer::continue_on_new_ranks() {
 
 void Trainer::save_checkpoint(Watchdog& dog) {
   auto guard = dog.long_phase("checkpoint", cfg_.checkpoint.save_timeout_s);
-  if (static_) {  // the skip count and AdamW's step counts are the device's until here
+  if (static_.on) {  // the skip count and AdamW's step counts are the device's until here
     flush_static_losses();
-    if (flagged_adamw_) flagged_adamw_->sync_host_steps();
+    if (optim_.flagged) optim_.flagged->sync_host_steps();
   }
   ckpt_.save(step_, [&](const std::string& dir) { components_.save(dir); });
 }
@@ -542,7 +546,7 @@ bool Trainer::maybe_resume() {
       spdlog::info("pretrain: --resume auto found no committed checkpoint: fresh start");
     return false;
   }
-  const json now = data_identity(dataset_.manifest(), opt_.data_dir);
+  const json now = data_identity(data_.train.manifest(), opt_.data_dir);
   const json then = other_data(info->dir, now);
   if (!then.is_null() && !opt_.resume_on_changed_data) refuse_other_data(info->dir, then, now);
   refuse_other_model(info->dir, cfg_.model);

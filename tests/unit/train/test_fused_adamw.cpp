@@ -201,7 +201,7 @@ TEST(FusedAdamW, MultiTensorFallsBackOnUnequalSteps) {
 // clip_divisor is clip_scale's reciprocal, computed without leaving the tensor.
 TEST(FusedAdamW, ClipDivisorIsTheFactorsReciprocal) {
   Opt s = make(5);
-  fnvlp::train::FlatGradients grads(s.params);
+  fnvlp::FlatGradients grads(s.params);
   auto g = at::make_generator<at::CPUGeneratorImpl>(9);
   for (auto& p : s.params) p.mutable_grad().copy_(torch::randn(p.sizes(), g));
   for (double max_norm : {0.5, 2.0, 1e6}) {
@@ -218,7 +218,7 @@ TEST(FusedAdamW, ClipDivisorIsTheFactorsReciprocal) {
 // this libtorch has it), with the learning rate read from a tensor and clipping on.
 void flagged_sequence(bool device_kernel) {
   Opt ref = make(6), flagged = make(6);
-  fnvlp::train::FlatGradients ref_grads(ref.params), grads(flagged.params);
+  fnvlp::FlatGradients ref_grads(ref.params), grads(flagged.params);
   auto fill = [](Opt& s, int step) {
     auto g = at::make_generator<at::CPUGeneratorImpl>(2000 + step);
     for (auto& p : s.params) p.mutable_grad().copy_(torch::randn(p.sizes(), g) * 3.0);
@@ -269,7 +269,7 @@ TEST(FlaggedAdamW, DeviceKernelTakesOrSkipsOnTheFlag) {
 
 TEST(FlaggedAdamW, RefusesAnOptimizerWithoutState) {
   Opt s = make(7);
-  fnvlp::train::FlatGradients grads(s.params);
+  fnvlp::FlatGradients grads(s.params);
   EXPECT_FALSE(fnvlp::train::FlaggedAdamW::ready(*s.opt));
   EXPECT_THROW(fnvlp::train::FlaggedAdamW(*s.opt, grads, 1.0), std::exception);
 }

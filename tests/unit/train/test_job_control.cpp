@@ -19,11 +19,13 @@
 #include "fnvlp/core/log.hpp"
 #include "fnvlp/core/progress.hpp"
 #include "fnvlp/train/failure.hpp"
+#include "fnvlp/train/non_finite.hpp"
 #include "fnvlp/train/signals.hpp"
-#include "fnvlp/train/watchdog.hpp"
 
 namespace fs = std::filesystem;
 using namespace fnvlp::train;
+using fnvlp::kExitWatchdog;
+using fnvlp::Watchdog;
 
 namespace {
 

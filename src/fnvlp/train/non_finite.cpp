@@ -1,4 +1,4 @@
-#include "fnvlp/train/watchdog.hpp"
+#include "fnvlp/train/non_finite.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -6,8 +6,6 @@
 #include <string>
 
 namespace fnvlp::train {
-
-// --- non-finite loss guard ----------------------------------------------------------------------
 
 bool all_finite(const Comm& comm, double local_loss) {
   return comm.all_ok(std::isfinite(local_loss));

@@ -1,19 +1,12 @@
 #pragma once
-// Step guards of the trainer: the watchdog (comm/watchdog.hpp) and the non-finite loss guard that
-// skips a step on every rank at once.
+// The non-finite loss guard of the trainer: a step whose loss is not finite on some rank is
+// skipped on every rank at once, and too many in a row end the run.
 #include <cstdint>
 
 #include "fnvlp/comm/comm.hpp"
-#include "fnvlp/comm/watchdog.hpp"
 #include "fnvlp/core/config_fields.hpp"
 
 namespace fnvlp::train {
-
-using fnvlp::kExitWatchdog;
-using fnvlp::Watchdog;
-using fnvlp::WatchdogConfig;
-
-// --- non-finite loss guard ----------------------------------------------------------------------
 
 struct NonFiniteConfig {
   // clang-format off
