@@ -3,7 +3,8 @@
 # synthetic labelled set (3 epochs, so the grouped samplers' epochs 1-2 and GloFND's filtering are
 # in it), logging every step; writes OUT/METHOD.jsonl with each step's losses and method
 # telemetry (timings dropped). Two builds are compared with `diff -r OUT1 OUT2`: a refactor that
-# claims unchanged behaviour must leave every file identical.
+# claims unchanged behaviour must leave every file identical. FNVLP_SETS="k=v ..." adds settings to
+# every method's run (e.g. train.static_step=true: the static step's fingerprint).
 #   bash tests/bench/method_losses.sh BUILD OUT [NP]
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
@@ -24,6 +25,7 @@ declare -A methods=(
   [uniform]=""
   [glofnd]="negatives.method=glofnd negatives.alpha=0.05 negatives.glofnd_init=0.5 negatives.glofnd_lr=0.3"
   [fnc]="negatives.method=fnc negatives.alpha=0.05"
+  [oracle]="negatives.method=oracle"
   [srcl]="negatives.method=srcl"
   [tcl]="loss.tcl=true"
   [grit]="sampler.kind=grit sampler.q=1"
@@ -33,7 +35,7 @@ declare -A methods=(
 )
 for name in "${!methods[@]}"; do
   sets=()
-  for kv in ${methods[$name]}; do sets+=(--set "$kv"); done
+  for kv in ${methods[$name]} ${FNVLP_SETS:-}; do sets+=(--set "$kv"); done
   "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" "${common[@]}" "${sets[@]}" --out "$work/$name" \
     >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
   python3 - "$work/$name/metrics.jsonl" >"$out/$name.jsonl" <<'PY'
