@@ -11,10 +11,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 gpu_args=()
 kokkos_args=()
 suffix=""
-if [ -n "${FNVLP_KOKKOS:-}" ]; then
-  kokkos_args=(-DKokkos_DIR="$(bash "$root/env/install-kokkos.sh" "$FNVLP_KOKKOS" | tail -n 1)")
-  suffix=-kokkos-$FNVLP_KOKKOS
-fi
+[ -z "${FNVLP_KOKKOS:-}" ] || suffix=-kokkos-$FNVLP_KOKKOS
 if [ "${FNVLP_GPU:-0}" = 1 ]; then
   build=${FNVLP_BUILD_DIR:-$root/build-gpu$suffix}
   torch_dir=${Torch_DIR:-$(bash "$root/env/install-gpu.sh" | tail -n 1)}
@@ -27,6 +24,14 @@ if [ "${FNVLP_GPU:-0}" = 1 ]; then
   export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 else
   build=${FNVLP_BUILD_DIR:-$root/build$suffix}
+fi
+kokkos_prefix=${FNVLP_KOKKOS_PREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/fnvlp/kokkos}
+if [ -n "${FNVLP_KOKKOS:-}" ]; then
+  kokkos_args=(-DKokkos_DIR="$(bash "$root/env/install-kokkos.sh" "$FNVLP_KOKKOS" | tail -n 1)")
+elif [ -f "$build/CMakeCache.txt" ] && grep -q "^Kokkos_DIR:PATH=$kokkos_prefix/" "$build/CMakeCache.txt"; then
+  # This directory was last configured with a Kokkos of install-kokkos.sh (env/run-tests.sh builds
+  # its CUDA Kokkos leg in the GPU leg's directory): back to the default Kokkos.
+  kokkos_args=(-UKokkos_DIR)
 fi
 # nproc would honour OMP_NUM_THREADS (env/mpi-env.sh sets it to 1): every CPU.
 jobs=${FNVLP_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}

@@ -43,8 +43,7 @@ fi
 # kernels on 2 threads per rank; with the GPU configuration, CUDA: the Kokkos sources compiled by
 # nvcc (the device path checked by the compiler), their tests Skipped without a GPU, the named
 # failure without one checked, and sm_80 and sm_90 code in the Kokkos library and fnvlp-simstat
-# (kokkos.cuda_arch: Kokkos aborts on Hopper without sm_90 code). Past the legs above: 2.5
-# minutes and, with nothing in ccache, 2.5 (the CUDA Kokkos install, once) + 14 minutes.
+# (kokkos.cuda_arch: Kokkos aborts on Hopper without sm_90 code).
 kokkos_rc=0
 # What label kokkos runs: not the whole build again (the executables, the other test programs).
 kokkos_targets="fnvlp_unit_tests fnvlp_simstat_mpi_tests fnvlp-simstat"
@@ -59,7 +58,10 @@ elif [ "${FNVLP_SKIP_KOKKOS:-0}" != 1 ]; then
     bash "$root/env/build.sh"
   (cd "$omp_build" && ctest --output-on-failure --timeout 900 -L kokkos)
   if [ "${FNVLP_SKIP_GPU_BUILD:-0}" != 1 ]; then
-    cuda_build=${FNVLP_KOKKOS_CUDA_BUILD_DIR:-$root/build-gpu-kokkos-cuda}
+    # In the GPU leg's directory, reconfigured with the CUDA Kokkos: only the Kokkos sources
+    # compile again and the targets relink (a directory of its own compiled the whole library and
+    # the unit tests again under the CUDA libtorch); env/build.sh turns the directory back.
+    cuda_build=${FNVLP_KOKKOS_CUDA_BUILD_DIR:-$gpu_build}
     FNVLP_GPU=1 FNVLP_KOKKOS=cuda FNVLP_BUILD_DIR="$cuda_build" \
       FNVLP_BUILD_TARGETS="$kokkos_targets fnvlp_cuda_arch_fixture" bash "$root/env/build.sh"
     (cd "$cuda_build" && ctest --output-on-failure --timeout 900 -L kokkos)
