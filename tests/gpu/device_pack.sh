@@ -5,7 +5,8 @@
 # the GPU build's programs (the unit tests for their CUDA cases), the golden step's reference, the
 # vocabulary and env/device-prefix.sh's runtime prefix; with a build against Kokkos on CUDA
 # (KOKKOS_BUILD, default build-gpu-kokkos-cuda where it exists: FNVLP_GPU=1 FNVLP_KOKKOS=cuda
-# env/build.sh), simstat's programs of that build.
+# env/build.sh; else BUILD_DIR itself when configured with the CUDA Kokkos, as env/run-tests.sh
+# leaves build-gpu), simstat's programs of that build.
 # Usage: tests/gpu/device_pack.sh [BUILD_DIR (build-gpu)] [DIR]   Then: tests/gpu/device_run.sh DIR
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
@@ -25,6 +26,10 @@ for p in "${progs[@]}"; do
   strip --strip-debug "$dir/build/$rel"
 done
 kokkos=${KOKKOS_BUILD:-$root/build-gpu-kokkos-cuda}
+if [ -z "${KOKKOS_BUILD:-}" ] && [ ! -d "$kokkos" ] &&
+  grep -qs '^Kokkos_DIR:PATH=.*/kokkos/[^/]*-cuda-' "$build/CMakeCache.txt"; then
+  kokkos=$build
+fi
 if [ -d "$kokkos" ]; then
   cmake --build "$kokkos" --target fnvlp_unit_tests fnvlp_simstat_mpi_tests fnvlp-simstat bench_simstat
   # Compressed: their GPU code (sm_80, sm_90 and PTX) would take a third of the 64 MiB a call carries.
