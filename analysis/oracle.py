@@ -36,10 +36,14 @@ SCORES = [
 
 
 def paired(diffs):
-    """Mean, sample std and 95% t-interval of per-seed differences; None below 2 seeds."""
+    """Mean, sample std and 95% t-interval of per-seed differences; one seed: the difference
+    alone, without spread or interval; None without a paired seed."""
     v = list(diffs.values())
-    if len(v) < 2:
+    if not v:
         return None
+    if len(v) == 1:
+        return {"mean": v[0], "std": None, "lo": None, "hi": None, "n": 1,
+                "verdict": "one seed, no interval", "seeds": {str(k): x for k, x in diffs.items()}}
     mu, sd = statistics.fmean(v), statistics.stdev(v)
     half = T95.get(len(v) - 1, 1.96) * sd / math.sqrt(len(v))
     lo, hi = mu - half, mu + half
@@ -111,10 +115,11 @@ def markdown(name, res, arms):
             v, d = r["value"], r["minus_uniform"]
             share = r.get("share_of_oracle_gain")
             md.append("| %s | %s | %s | %s | %s | %s |" % (
-                m, f"{num(v['mean'])} +- {num(v['std'])}" if v else "-",
+                m, "-" if not v else f"{num(v['mean'])} (1 seed)" if len(v["seeds"]) < 2
+                else f"{num(v['mean'])} +- {num(v['std'])}",
                 num(d["mean"]) if d else "-",
-                f"[{num(d['lo'])}, {num(d['hi'])}]" if d else "-",
-                f"{d['verdict']} (n={d['n']})" if d else "fewer than 2 paired seeds",
+                f"[{num(d['lo'])}, {num(d['hi'])}]" if d and d["n"] > 1 else "-",
+                f"{d['verdict']} (n={d['n']})" if d else "no paired seed",
                 "-" if m == "oracle" else num(share) if share is not None else "undefined"))
         md.append("")
     if res["filters"]:

@@ -47,7 +47,7 @@ with tempfile.TemporaryDirectory() as tmp:
     camp = os.path.join(tmp, "c")
     base = {s: 48.0 + 2 * s for s in range(1, 6)}
     arms = {"oracle": [4, 5, 6, 5, 4], "fnc": [2, 2.5, 3, 2.5, 2], "glofnd": [-1, 1, -1, 1, 0],
-            "falcon": [-3, -3.5, -3, -3.2]}
+            "falcon": [-3, -3.5, -3, -3.2], "tcl": [1.5]}
     for s, v in base.items():
         task(camp, "uniform", s, v)
     for m, d in arms.items():
@@ -71,6 +71,11 @@ with tempfile.TemporaryDirectory() as tmp:
             fail(f"{m}: verdict {d['verdict']} n {d['n']}, expected {verdict} n {n}")
         if share is not None and abs(row[m]["share_of_oracle_gain"] - share) > 1e-9:
             fail(f"{m}: share {row[m]['share_of_oracle_gain']}, expected {share}")
+    # One paired seed: its difference, no spread, no interval, no verdict.
+    t = row["tcl"]["minus_uniform"]
+    if not (t["n"] == 1 and abs(t["mean"] - 1.5) < 1e-9 and t["lo"] is None
+            and t["verdict"] == "one seed, no interval"):
+        fail(f"one paired seed: {t}")
     if abs(row["falcon"]["share_of_oracle_gain"] - (-3.175 / 4.8)) > 1e-9:
         fail(f"falcon's share {row['falcon']['share_of_oracle_gain']}")
     # r_mean is the same for every arm on a seed: no difference, so no share of a gain.
@@ -81,7 +86,8 @@ with tempfile.TemporaryDirectory() as tmp:
     if f["fnc"]["fn_precision"]["mean"] != 0.6 or f["oracle"]["fn_recall"]["mean"] != 1.0 or "glofnd" in f:
         fail(f"filters {f}")
     md = open(os.path.join(tmp, "o.md")).read()
-    if "| fnc |" not in md or "gain (n=5)" not in md or "loss (n=4)" not in md:
+    if ("| fnc |" not in md or "gain (n=5)" not in md or "loss (n=4)" not in md
+            or "| tcl | 51.50 (1 seed) | 1.50 | - | one seed, no interval (n=1) |" not in md):
         fail("the markdown lacks the rows:\n" + md)
     # Without an oracle arm: refused, naming what it has.
     import shutil
