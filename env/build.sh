@@ -28,7 +28,7 @@ fi
 kokkos_prefix=${FNVLP_KOKKOS_PREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/fnvlp/kokkos}
 if [ -n "${FNVLP_KOKKOS:-}" ]; then
   kokkos_args=(-DKokkos_DIR="$(bash "$root/env/install-kokkos.sh" "$FNVLP_KOKKOS" | tail -n 1)")
-elif [ -f "$build/CMakeCache.txt" ] && grep -q "^Kokkos_DIR:PATH=$kokkos_prefix/" "$build/CMakeCache.txt"; then
+elif [ -f "$build/CMakeCache.txt" ] && grep -q "^Kokkos_DIR:[A-Z]*=$kokkos_prefix/" "$build/CMakeCache.txt"; then
   # This directory was last configured with a Kokkos of install-kokkos.sh (env/run-tests.sh builds
   # its CUDA Kokkos leg in the GPU leg's directory): back to the default Kokkos.
   kokkos_args=(-UKokkos_DIR)

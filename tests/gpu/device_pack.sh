@@ -27,7 +27,7 @@ for p in "${progs[@]}"; do
 done
 kokkos=${KOKKOS_BUILD:-$root/build-gpu-kokkos-cuda}
 if [ -z "${KOKKOS_BUILD:-}" ] && [ ! -d "$kokkos" ] &&
-  grep -qs '^Kokkos_DIR:PATH=.*/kokkos/[^/]*-cuda-' "$build/CMakeCache.txt"; then
+  grep -qs '^Kokkos_DIR:[A-Z]*=.*/kokkos/[^/]*-cuda-' "$build/CMakeCache.txt"; then
   kokkos=$build
 fi
 if [ -d "$kokkos" ]; then
