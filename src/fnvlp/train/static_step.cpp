@@ -199,11 +199,8 @@ StaticInputs& Trainer::stage_static_inputs(const data::Batch& batch, const data:
   const int64_t b = host.size(), L = host.tokens.size(1), n = b * comm_.size();
   const torch::Device dev = devices_.device();
   StaticInputs& in = static_.inputs[rows];
-  bool pair_ids = false, second_view = false;
-  for (const auto& m : methods_) {
-    pair_ids = pair_ids || m->needs_pair_ids();
-    second_view = second_view || m->wants_second_view();
-  }
+  const bool pair_ids = methods_.any(&negatives::Method::needs_pair_ids);
+  const bool second_view = methods_.any(&negatives::Method::wants_second_view);
   if (!in.images.defined()) {
     const auto f = torch::TensorOptions().dtype(torch::kFloat).device(dev);
     const auto i64 = f.dtype(torch::kLong);
@@ -286,7 +283,7 @@ StepContext Trainer::static_context(const StaticInputs& in, data::Batch& dev,
   s.masking.input_ids = in.masked_ids;
   s.masking.positions = in.mlm_positions;
   s.masking.targets = in.mlm_targets;
-  for (auto& m : methods_) s.want_plain_mlm = s.want_plain_mlm || m->needs_plain_mlm();
+  s.want_plain_mlm = methods_.any(&negatives::Method::needs_plain_mlm);
   return s;
 }
 

@@ -31,7 +31,7 @@ StepLosses Trainer::train_step(const data::Batch& host_batch) {
   begin_step(host_batch);
   const data::Batch batch = devices_.upload.finish(host_batch);
   StepContext s{batch, host_batch, clock_, step_, epoch_, total_steps_};
-  for (auto& m : methods_) s.want_plain_mlm = s.want_plain_mlm || m->needs_plain_mlm();
+  s.want_plain_mlm = methods_.any(&negatives::Method::needs_plain_mlm);
   s.images = batch.prepared;  // augmented for this step by the loader (run())
   s.images2 = batch.prepared2;
   clock_.lap(StepClock::kBatch);

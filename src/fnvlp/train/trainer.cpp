@@ -172,8 +172,7 @@ void Trainer::install_last_words(Watchdog& dog) {
 void Trainer::start_loader(BatchSource& loader, bool resumed) {
   // The step's augmentation runs on the prefetch thread, beside the reads (the seed is the
   // batch's step, so what it draws does not depend on where it runs).
-  bool second_view = false;
-  for (const auto& m : methods_) second_view = second_view || m->wants_second_view();
+  const bool second_view = methods_.any(&Method::wants_second_view);
   loader.set_prepare([this, second_view](data::Batch& b, int64_t step) {
     auto gen = negatives::step_generator(seed(), step, comm_.rank(), negatives::kAugmentStream);
     b.prepared = data_.augment.train(b.images, gen);
@@ -266,8 +265,7 @@ int Trainer::run(Watchdog& dog) {
   if (epoch_ > 0) restore_epoch_embeddings();
   if (resplit_from_ > 0) continue_on_new_ranks();
   total_steps_ = last_step();
-  bool synchronous = false;
-  for (auto& m : methods_) synchronous = synchronous || m->synchronous_sampler();
+  const bool synchronous = methods_.any(&Method::synchronous_sampler);
   BatchSource loader(data_.train, *methods_.sampler, static_cast<int>(cfg_.train.prefetch),
                      synchronous);
   start_loader(loader, resumed);

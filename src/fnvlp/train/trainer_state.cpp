@@ -209,7 +209,7 @@ void Trainer::finish_epoch(Watchdog& dog, MetricsWriter& metrics) {
 
 // The cache as this rank's block of an export; pairs no step has embedded yet are embedded now.
 data::Embeddings Trainer::cached_snapshot() {
-  const data::PairRange block = data_.partition.block(comm_.rank());
+  const data::PairRange block = data_.block();
   const std::vector<int64_t> unseen = cache_.unseen();
   comm_.collective([&] {
     if (unseen.empty()) return;
@@ -284,7 +284,7 @@ void Trainer::restore_epoch_embeddings() {
       cache_.enabled() ? run_.cached_embeddings_path(epoch_ - 1) : run_.embeddings_path(epoch_ - 1);
   FNVLP_CHECK(fs::exists(path), path << ": missing; the grouped sampler of epoch " << epoch_
                                      << " needs the embeddings of epoch " << epoch_ - 1);
-  const data::PairRange block = data_.partition.block(comm_.rank());
+  const data::PairRange block = data_.block();
   int64_t rows = 0;
   data::Embeddings e;
   comm_.collective([&] { e = data::read_embedding_rows(path, block.begin, 0, &rows); });
