@@ -24,7 +24,11 @@ int main(int argc, char** argv) {
       ("out", "output dataset directory", cxxopts::value(o.out))
       ("split-file", "JSON {split: [image ids]}", cxxopts::value(o.split_file))
       ("split", "split to keep (with --split-file)", cxxopts::value(o.split))
-      ("image-size", "square side in pixels", cxxopts::value(o.image_size)->default_value("128"))
+      ("image-size", "raw: the stored square's side in pixels", cxxopts::value(o.image_size)->default_value("128"))
+      ("image-codec", "raw (decoded squares) | jpeg (JPEG streams at their aspect ratio, for "
+       "crops from the full image and ~5x fewer bytes)", cxxopts::value(o.image_codec)->default_value(o.image_codec))
+      ("max-side", "jpeg: longest stored side in pixels", cxxopts::value(o.max_side)->default_value(std::to_string(o.max_side)))
+      ("jpeg-quality", "jpeg: encoder quality 1..100", cxxopts::value(o.jpeg_quality)->default_value(std::to_string(o.jpeg_quality)))
       ("max-len", "tokens per caption incl. [CLS]/[SEP]", cxxopts::value(o.max_len)->default_value("30"))
       ("shard-size", "captions per shard", cxxopts::value(o.shard_size)->default_value("4096"))
       ("max-reject-fraction", "fail above this fraction of rejected inputs",

@@ -1,5 +1,6 @@
 // The training loader's work per batch, without a step: PairDataset::read of a random batch (the
-// HDF5 path the trainer's prefetch thread runs) and Augmenter::train of its images, timed apart.
+// HDF5 path the trainer's prefetch thread runs) and Augmenter::train of its images (for jpeg
+// shards the decode too), timed apart.
 // A GPU step shorter than this waits for its batch (tests/bench/README.md, "GPU step").
 // Usage: bench_loader --data SHARDS [--batch 64] [--image-res 256] [--threads 1] [--batches 20]
 //        [--cache-mb 0]; one JSON line. tests/bench/gpu_pretrain.sh runs it on each preset.
@@ -71,7 +72,7 @@ int main(int argc, char** argv) {
     const fnvlp::data::Batch batch = ds.read(ids);
     const double r = ms_since(t0);
     t0 = std::chrono::steady_clock::now();
-    const torch::Tensor x = aug.train(batch.images, gen);
+    const torch::Tensor x = aug.train(batch, gen);
     const double g = ms_since(t0);
     if (i >= 0) {
       read_ms.push_back(r);
@@ -80,10 +81,11 @@ int main(int argc, char** argv) {
   }
   const double r = median(read_ms), g = median(aug_ms);
   std::printf(
-      "{\"pairs\": %lld, \"image_size\": %lld, \"batch\": %lld, \"threads\": %d, \"cache_mb\": "
+      "{\"pairs\": %lld, \"codec\": \"%s\", \"image_size\": %lld, \"batch\": %lld, \"threads\": "
+      "%d, \"cache_mb\": "
       "%lld, \"read_ms\": %.2f, \"augment_ms\": %.2f, \"samples_per_s\": %.1f}\n",
-      static_cast<long long>(n), static_cast<long long>(ds.image_size()), static_cast<long long>(b),
-      a["threads"].as<int>(), static_cast<long long>(a["cache-mb"].as<int64_t>()), r, g,
-      1000.0 * b / (r + g));
+      static_cast<long long>(n), fnvlp::data::image_codec_name(ds.manifest().image_codec),
+      static_cast<long long>(ds.image_size()), static_cast<long long>(b), a["threads"].as<int>(),
+      static_cast<long long>(a["cache-mb"].as<int64_t>()), r, g, 1000.0 * b / (r + g));
   return 0;
 }

@@ -278,7 +278,7 @@ int run(Comm& comm, int argc, char** argv) {
   std::iota(ids.begin(), ids.end(), b * comm.rank());
   const data::Batch batch = dataset.read(ids);
   const data::Augmenter augment(cfg.augment, cfg.model.image_size);
-  const torch::Tensor images = augment.eval(batch.images);
+  const torch::Tensor images = augment.eval(batch);
 
   StepBench bench(comm, cfg, warmup + steps, dataset.special_tokens());
   for (int64_t s = 0; s < warmup; ++s) bench.step(images, batch);

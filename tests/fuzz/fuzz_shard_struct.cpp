@@ -164,7 +164,7 @@ nlohmann::json manifest(FuzzedDataProvider& in, const std::string& shard) {
                       {"bytes", static_cast<int64_t>(fs::file_size(shard))},
                       {"sha256", fnvlp::sha256_file(shard)}};
   return {{"fnvlp_manifest_schema", 1},
-          {"shard_schema", num(kShardSchemaVersion)},
+          {"shard_schema", num(kShardSchemaRaw)},
           {"created_by", "fuzz"},
           {"created_at", "2026-01-01T00:00:00Z"},
           {"image_size", num(8)},

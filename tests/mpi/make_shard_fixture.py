@@ -12,6 +12,13 @@ import shutil
 from PIL import Image
 
 
+def patch_sof(jpeg, precision, height, width):
+    """The JPEG with its SOF0 frame header's precision and size rewritten."""
+    i = jpeg.index(b"\xff\xc0")
+    return (jpeg[: i + 4] + bytes([precision]) + height.to_bytes(2, "big")
+            + width.to_bytes(2, "big") + jpeg[i + 9:])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--flickr", required=True)
@@ -36,6 +43,11 @@ def main():
         if i % 10 == 3:  # some inputs are PNG (real pixels, other codec)
             name = iid + ".png"
             Image.open(src).convert("RGB").save(os.path.join(img_dir, name))
+        elif i % 10 == 5:  # not square: --image-codec jpeg keeps the aspect ratio
+            Image.open(src).convert("RGB").crop((0, 0, 128, 80)).save(
+                os.path.join(img_dir, name), quality=95)
+        elif i % 10 == 7:  # CMYK (Adobe), converted to RGB when decoded
+            Image.open(src).convert("CMYK").save(os.path.join(img_dir, name), quality=95)
         else:
             shutil.copyfile(src, os.path.join(img_dir, name))
         for r in by_image[iid]:
@@ -48,6 +60,8 @@ def main():
         "zero.jpg": b"",
         "garbage.jpg": bytes((i * 97 + 13) % 256 for i in range(4000)),
         "corrupt_header.jpg": real[:20] + b"\x00" * 300 + real[320:],
+        "huge_header.jpg": patch_sof(real, 8, 60000, 60000),
+        "twelve_bit.jpg": patch_sof(real, 12, 128, 128),
     }
     png_path = os.path.join(img_dir, ids[3] + ".png")
     png = open(png_path, "rb").read()
@@ -112,6 +126,12 @@ def main():
         add_bad(raw, reason or "image_error")
     for name, cap in g:
         add_good(name, cap)
+    # Hostile JPEG headers last, so that the layout above (no image's captions split across
+    # shards) stays as it was.
+    add_bad(b'{"image": "images/huge_header.jpg", "caption": "claims 60000 x 60000"}',
+            "unsupported_image")
+    add_bad(b'{"image": "images/twelve_bit.jpg", "caption": "twelve bits per sample"}',
+            "image_error")
     with open(os.path.join(a.out, "captions.json"), "wb") as f:
         f.write(b"[\n" + b",\n".join(items) + b"\n]\n")
 

@@ -3,6 +3,7 @@
 // input is rejected with its reason.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -10,6 +11,7 @@
 #include <set>
 
 #include "fnvlp/core/sha256.hpp"
+#include "fnvlp/data/h5.hpp"
 #include "fnvlp/data/image.hpp"
 #include "fnvlp/data/ingest.hpp"
 #include "fnvlp/data/manifest.hpp"
@@ -39,9 +41,14 @@ std::map<int64_t, PairContent> read_content(const std::string& dir) {
   for (const auto& s : m.shards) {
     data::ShardReader r(dir + "/" + s.file);
     const auto p = r.read_pairs();
-    const size_t image_bytes = static_cast<size_t>(m.image_size * m.image_size * 3);
+    const bool jpeg = m.image_codec == data::ImageCodec::kJpeg;
+    const size_t image_bytes = jpeg ? 0 : static_cast<size_t>(m.image_size * m.image_size * 3);
     std::vector<uint8_t> pixels(image_bytes * static_cast<size_t>(r.num_images()));
-    r.read_images(0, r.num_images(), pixels.data());
+    data::EncodedImages enc;
+    if (jpeg)
+      r.read_jpegs(0, r.num_images(), enc);
+    else
+      r.read_images(0, r.num_images(), pixels.data());
     for (size_t i = 0; i < p.size(); ++i) {
       PairContent c;
       const auto L = static_cast<size_t>(m.max_len);
@@ -50,8 +57,9 @@ std::map<int64_t, PairContent> read_content(const std::string& dir) {
           p.tokens.begin() + static_cast<long>(i * L + static_cast<size_t>(p.lengths[i])));
       c.image_id = p.image_id[i];
       c.label = p.label[i];
-      c.image_sha = sha256_hex(pixels.data() + static_cast<size_t>(p.pair_image[i]) * image_bytes,
-                               image_bytes);
+      const auto row = static_cast<size_t>(p.pair_image[i]);
+      c.image_sha = jpeg ? sha256_hex(enc.data(row), enc.bytes_of(row))
+                         : sha256_hex(pixels.data() + row * image_bytes, image_bytes);
       EXPECT_TRUE(out.emplace(p.pair_id[i], c).second)
           << "pair_id " << p.pair_id[i] << " twice in " << dir;
     }
@@ -193,6 +201,83 @@ TEST_F(ShardOutputs, TokensAndPixelsMatchTheSource) {
             std::vector<int64_t>({tok.pad_id(), tok.cls_id(), tok.sep_id(), tok.mask_id()}));
   const auto img = data::resize_center_crop(data::read_image_file(fixture() + "/" + file), 96);
   EXPECT_EQ(c.at(0).image_sha, sha256_hex(img.rgb.data(), img.rgb.size()));
+}
+
+// --image-codec jpeg stores the same pairs as raw, rejects the same inputs, gives the same bytes
+// on one and two ranks, and each image is the source scaled to --max-side at its aspect ratio.
+TEST_F(ShardOutputs, JpegShardsHoldTheSamePairsAndRejectsAsRaw) {
+  const auto raw = read_content(fixture() + "/out-albef-np1");
+  const auto jpeg = read_content(fixture() + "/out-jpeg-np1");
+  ASSERT_EQ(jpeg.size(), raw.size());
+  for (const auto& [pid, a] : raw) {
+    EXPECT_EQ(a.tokens, jpeg.at(pid).tokens) << pid;
+    EXPECT_EQ(a.image_id, jpeg.at(pid).image_id) << pid;
+  }
+  const auto m1 = data::Manifest::load(fixture() + "/out-jpeg-np1");
+  const auto m2 = data::Manifest::load(fixture() + "/out-jpeg-np2");
+  EXPECT_EQ(m1.image_codec, data::ImageCodec::kJpeg);
+  EXPECT_EQ(m1.image_size, 100);
+  EXPECT_EQ(m1.source["jpeg_quality"], 90);
+  ASSERT_EQ(m1.shards.size(), m2.shards.size());
+  for (size_t s = 0; s < m1.shards.size(); ++s) EXPECT_EQ(m1.shards[s].sha256, m2.shards[s].sha256);
+  auto rejects = [](const std::string& dir) {
+    std::ifstream in(dir + "/rejects.jsonl");
+    std::map<int64_t, std::string> got;
+    for (std::string line; std::getline(in, line);) {
+      const auto r = data::Reject::from_json_line(line);
+      got[r.record] = r.reason;
+    }
+    return got;
+  };
+  EXPECT_EQ(rejects(fixture() + "/out-jpeg-np2"), rejects(fixture() + "/out-albef-np1"));
+  // A jpeg shard is schema 2; its stored JPEGs are smaller than the raw pixels of the same set.
+  int64_t jpeg_bytes = 0, raw_bytes = 0;
+  for (const auto& s : m1.shards) jpeg_bytes += s.bytes;
+  for (const auto& s : data::Manifest::load(fixture() + "/out-albef-np1").shards)
+    raw_bytes += s.bytes;
+  EXPECT_LT(jpeg_bytes, raw_bytes);
+  h5::Handle f = h5::open_file(fixture() + "/out-jpeg-np1/" + m1.shards[0].file);
+  EXPECT_EQ(h5::read_attr_int(f, "fnvlp_schema", "shard"), data::kShardSchemaJpeg);
+  EXPECT_EQ(h5::read_attr_string(f, "image_codec", "shard"), "jpeg");
+}
+
+TEST_F(ShardOutputs, JpegImagesAreTheSourceAtTheMaximumSide) {
+  const std::string dir = fixture() + "/out-jpeg-np2";
+  const auto m = data::Manifest::load(dir);
+  std::ifstream in(fixture() + "/coco.json");
+  const auto coco = json::parse(in);
+  std::map<int64_t, std::string> file_of;  // coco image id -> file
+  for (const auto& im : coco["images"]) file_of[im["id"]] = im["file_name"];
+  // Pair order is the record order of the good records, as in coco.json's annotations.
+  std::vector<std::string> pair_file;
+  for (const auto& a : coco["annotations"]) pair_file.push_back(file_of.at(a["image_id"]));
+  int non_square = 0;
+  for (const auto& s : m.shards) {
+    data::ShardReader r(dir + "/" + s.file);
+    const auto p = r.read_pairs();
+    data::EncodedImages enc;
+    r.read_jpegs(0, r.num_images(), enc);
+    for (size_t i = 0; i < p.size(); ++i) {
+      const auto row = static_cast<size_t>(p.pair_image[i]);
+      const std::string src = pair_file.at(static_cast<size_t>(p.pair_id[i]));
+      const data::Image want =
+          data::resize_max_side(data::read_image_file(fixture() + "/" + src), 100);
+      ASSERT_EQ(enc.width[row], want.width) << src;
+      ASSERT_EQ(enc.height[row], want.height) << src;
+      non_square += want.width != want.height;
+      const data::Image got = data::decode_stored_jpeg(enc.data(row), enc.bytes_of(row),
+                                                       enc.width[row], enc.height[row], src);
+      double se = 0;
+      for (size_t k = 0; k < got.rgb.size(); ++k) {
+        const double d = static_cast<double>(got.rgb[k]) - want.rgb[k];
+        se += d * d;
+      }
+      const double psnr =
+          10 * std::log10(255.0 * 255.0 / (se / static_cast<double>(got.rgb.size()) + 1e-12));
+      EXPECT_GT(psnr, 30.0) << src << " (quality 90)";
+    }
+  }
+  EXPECT_GT(non_square, 0) << "the fixture's non-square images";
 }
 
 }  // namespace

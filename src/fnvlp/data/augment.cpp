@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include <ATen/Parallel.h>
@@ -32,6 +33,51 @@ Augmenter::Augmenter(const AugmentConfig& config, int64_t image_res)
 
 namespace {
 
+void check_images(const torch::Tensor& images) {
+  FNVLP_CHECK(images.dim() == 4 && images.size(3) == 3 && images.size(1) == images.size(2) &&
+                  images.scalar_type() == torch::kUInt8,
+              "augment: expected uint8 images [b, S, S, 3], got " << images.sizes() << " "
+                                                                  << images.scalar_type());
+}
+
+}  // namespace
+
+BatchImages::BatchImages(const torch::Tensor& images) {
+  check_images(images);
+  tensor_ = images.contiguous();
+  const int64_t b = tensor_.size(0), S = tensor_.size(1);
+  const uint8_t* p = tensor_.data_ptr<uint8_t>();
+  views_.resize(static_cast<size_t>(b));
+  for (int64_t i = 0; i < b; ++i) views_[static_cast<size_t>(i)] = {p + i * S * S * 3, S, S};
+}
+
+BatchImages::BatchImages(const Batch& batch, int min_side) {
+  if (!batch.encoded) {
+    FNVLP_CHECK(batch.images.defined(), "augment: a batch with neither images nor stored JPEGs");
+    *this = BatchImages(batch.images);
+    return;
+  }
+  const EncodedImages& enc = *batch.encoded;
+  const auto n = static_cast<int64_t>(enc.size());
+  decoded_.resize(enc.size());
+  at::parallel_for(0, n, 1, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) {
+      const auto k = static_cast<size_t>(i);
+      try {
+        decoded_[k] = decode_stored_jpeg(enc.data(k), enc.bytes_of(k), enc.width[k], enc.height[k],
+                                         enc.source[k], min_side);
+      } catch (const ImageError& e) {
+        FNVLP_FAIL(e.what() << " (" << e.reason() << ")");
+      }
+    }
+  });
+  views_.resize(enc.size());
+  for (size_t i = 0; i < enc.size(); ++i)
+    views_[i] = {decoded_[i].rgb.data(), decoded_[i].height, decoded_[i].width};
+}
+
+namespace {
+
 constexpr int kCropTries = 10;  // torchvision's RandomResizedCrop
 // Uniform draws per image: (scale, log-ratio) per try, crop top, crop left, flip, 3 jitter factors.
 constexpr int kDraws = 2 * kCropTries + 6;
@@ -41,13 +87,6 @@ struct ImageOp {
   bool flip = false;
   float brightness = 1, contrast = 1, saturation = 1;
 };
-
-void check_images(const torch::Tensor& images) {
-  FNVLP_CHECK(images.dim() == 4 && images.size(3) == 3 && images.size(1) == images.size(2) &&
-                  images.scalar_type() == torch::kUInt8,
-              "augment: expected uint8 images [b, S, S, 3], got " << images.sizes() << " "
-                                                                  << images.scalar_type());
-}
 
 // One axis of PyTorch's bilinear resize (align_corners=false, no antialias) of `in` source pixels
 // starting at `offset` to `out` pixels: indices i0/i1 (pre-multiplied by `stride`) and the weight
@@ -82,12 +121,10 @@ inline float luma(float r, float g, float b) { return 0.299f * r + 0.587f * g + 
 // source row is resized horizontally once (kept while consecutive output rows use it), then each
 // output row blends two such rows. Images are independent, so at::parallel_for uses the
 // intra-op threads, if any, without changing results.
-torch::Tensor apply(const torch::Tensor& images_in, const std::vector<ImageOp>& ops, int64_t R,
+torch::Tensor apply(const BatchImages& images, const std::vector<ImageOp>& ops, int64_t R,
                     bool jitter, bool contrast, bool saturation) {
-  const torch::Tensor images = images_in.contiguous();
-  const int64_t b = images.size(0), S = images.size(1);
+  const int64_t b = images.size();
   torch::Tensor out = torch::empty({b, 3, R, R}, torch::kFloat);
-  const uint8_t* src_all = images.data_ptr<uint8_t>();
   float* out_all = out.data_ptr<float>();
   float scale[3], shift[3];
   for (int c = 0; c < 3; ++c) {
@@ -104,7 +141,8 @@ torch::Tensor apply(const torch::Tensor& images_in, const std::vector<ImageOp>& 
       const ImageOp& op = ops[static_cast<size_t>(i)];
       axis_table(op.top, op.h, R, 1, false, y0, y1, ly);
       axis_table(op.left, op.w, R, 3, op.flip, x0, x1, lx);
-      const uint8_t* src = src_all + i * S * S * 3;
+      const uint8_t* src = images[i].rgb;
+      const int64_t W = images[i].w;
       float* o[3];
       for (int c = 0; c < 3; ++c) o[c] = out_all + (i * 3 + c) * R * R;
       if (jitter) tmp.resize(static_cast<size_t>(R * R * 3));
@@ -115,7 +153,7 @@ torch::Tensor apply(const torch::Tensor& images_in, const std::vector<ImageOp>& 
         // Rows are requested in ascending order: replace the older (smaller) one.
         const int k = cached[0] < cached[1] ? 0 : 1;
         cached[k] = r;
-        const uint8_t* __restrict s = src + r * S * 3;
+        const uint8_t* __restrict s = src + r * W * 3;
         float* __restrict h = hrow[k].data();
         for (int64_t x = 0; x < R; ++x) {
           const uint8_t* __restrict p0 = s + x0[static_cast<size_t>(x)];
@@ -170,15 +208,40 @@ torch::Tensor apply(const torch::Tensor& images_in, const std::vector<ImageOp>& 
 }  // namespace
 
 torch::Tensor Augmenter::eval(const torch::Tensor& images) const {
-  check_images(images);
+  const BatchImages views(images);
   const int64_t S = images.size(1);
-  std::vector<ImageOp> ops(static_cast<size_t>(images.size(0)), ImageOp{0, 0, S, S});
-  return apply(images, ops, image_res_, false, false, false);
+  std::vector<ImageOp> ops(static_cast<size_t>(views.size()), ImageOp{0, 0, S, S});
+  return apply(views, ops, image_res_, false, false, false);
 }
 
-torch::Tensor Augmenter::train(const torch::Tensor& images, torch::Generator& gen) const {
-  check_images(images);
-  const int64_t b = images.size(0), H = images.size(1), W = images.size(2);
+torch::Tensor Augmenter::eval(const Batch& batch) const {
+  if (!batch.encoded) return eval(batch.images);
+  // Decoded at the smallest DCT scale that keeps the shorter side >= image_res, then resized and
+  // centre-cropped to image_res as torchvision's Resize + CenterCrop on a PIL image.
+  const EncodedImages& enc = *batch.encoded;
+  const int R = static_cast<int>(image_res_);
+  const auto n = static_cast<int64_t>(enc.size());
+  torch::Tensor square = torch::empty({n, R, R, 3}, torch::kUInt8);
+  uint8_t* dst = square.data_ptr<uint8_t>();
+  at::parallel_for(0, n, 1, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) {
+      const auto k = static_cast<size_t>(i);
+      Image img;
+      try {
+        img = resize_center_crop(decode_stored_jpeg(enc.data(k), enc.bytes_of(k), enc.width[k],
+                                                    enc.height[k], enc.source[k], R),
+                                 R);
+      } catch (const ImageError& e) {
+        FNVLP_FAIL(e.what() << " (" << e.reason() << ")");
+      }
+      std::memcpy(dst + i * R * R * 3, img.rgb.data(), img.rgb.size());
+    }
+  });
+  return eval(square);
+}
+
+torch::Tensor Augmenter::train(const BatchImages& images, torch::Generator& gen) const {
+  const int64_t b = images.size();
   const AugmentConfig& c = config_;
   // All draws of the batch at once, in double: the crop arithmetic below is plain C++.
   const torch::Tensor u = torch::rand({b, kDraws}, gen, torch::kDouble);
@@ -187,6 +250,7 @@ torch::Tensor Augmenter::train(const torch::Tensor& images, torch::Generator& ge
   std::vector<ImageOp> ops(static_cast<size_t>(b));
   for (int64_t i = 0; i < b; ++i) {
     ImageOp& op = ops[static_cast<size_t>(i)];
+    const int64_t H = images[i].h, W = images[i].w;
     op.h = H;
     op.w = W;
     if (c.random_resized_crop) {

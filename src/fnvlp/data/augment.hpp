@@ -1,9 +1,13 @@
 #pragma once
-// Image augmentation of a whole batch at once: uint8 [b, S, S, 3] (as read from the shards) ->
-// float [b, 3, R, R] normalised with the ALBEF/CLIP mean and std.
+// Image augmentation of a whole batch at once: uint8 [b, S, S, 3] (raw shards) or the stored
+// JPEGs of a batch (jpeg shards, decoded here on the intra-op threads) -> float [b, 3, R, R]
+// normalised with the ALBEF/CLIP mean and std.
 //
 // Training: RandomResizedCrop (torchvision's sampling of scale and log-aspect, 10 tries then a
-// centre crop), horizontal flip and colour jitter; evaluation: resize and normalisation only.
+// centre crop), horizontal flip and colour jitter, from the stored image: the raw square, or the
+// whole stored JPEG at its own aspect ratio, as ALBEF crops from the full image. Evaluation: raw,
+// a resize of the square; jpeg, torchvision's Resize(R) + CenterCrop(R) (resize_center_crop);
+// then normalisation.
 // Resizing is bilinear with align_corners=false and no antialiasing, index for index as ATen's
 // upsample_bilinear2d (so crop + resize equals torchvision's tensor RandomResizedCrop, and eval
 // equals F::interpolate). All of it runs as one fused loop per image that reads the uint8 source
@@ -15,8 +19,11 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "fnvlp/core/config_fields.hpp"
+#include "fnvlp/data/dataset.hpp"
+#include "fnvlp/data/image.hpp"
 
 namespace fnvlp::data {
 
@@ -44,14 +51,44 @@ struct AugmentConfig {
 inline constexpr double kImageMean[3] = {0.48145466, 0.4578275, 0.40821073};
 inline constexpr double kImageStd[3] = {0.26862954, 0.26130258, 0.27577711};
 
+// The images of a batch as the transforms read them: views of the raw uint8 tensor, or the
+// batch's stored JPEGs decoded (in parallel over the intra-op threads; the result does not
+// depend on their number). A JPEG that does not decode throws fnvlp::Error naming its shard, row,
+// pair and reason. Decode once, augment twice where a method asks for a second view.
+class BatchImages {
+ public:
+  // `min_side` > 0 lets a JPEG decode at a reduced DCT scale whose shorter side stays >= min_side.
+  explicit BatchImages(const Batch& batch, int min_side = 0);
+  explicit BatchImages(const torch::Tensor& images);  // uint8 [b, S, S, 3]
+  struct View {
+    const uint8_t* rgb;  // h * w * 3, row-major
+    int64_t h, w;
+  };
+  int64_t size() const { return static_cast<int64_t>(views_.size()); }
+  const View& operator[](int64_t i) const { return views_[static_cast<size_t>(i)]; }
+
+ private:
+  torch::Tensor tensor_;
+  std::vector<Image> decoded_;
+  std::vector<View> views_;
+};
+
 class Augmenter {
  public:
   Augmenter(const AugmentConfig& config, int64_t image_res);
 
-  // uint8 [b, S, S, 3] -> float [b, 3, image_res, image_res], random per image.
-  torch::Tensor train(const torch::Tensor& images, torch::Generator& gen) const;
-  // uint8 [b, S, S, 3] -> float [b, 3, image_res, image_res]: bilinear resize + normalisation.
-  torch::Tensor eval(const torch::Tensor& images) const;
+  // -> float [b, 3, image_res, image_res], random per image.
+  torch::Tensor train(const BatchImages& images, torch::Generator& gen) const;
+  torch::Tensor train(const Batch& batch, torch::Generator& gen) const {
+    return train(BatchImages(batch), gen);
+  }
+  torch::Tensor train(const torch::Tensor& images, torch::Generator& gen) const {
+    return train(BatchImages(images), gen);
+  }
+  // -> float [b, 3, image_res, image_res]: raw, bilinear resize of the square; jpeg,
+  // resize_center_crop to image_res; then normalisation.
+  torch::Tensor eval(const Batch& batch) const;
+  torch::Tensor eval(const torch::Tensor& images) const;  // uint8 [b, S, S, 3]
 
   const AugmentConfig& config() const { return config_; }
   int64_t image_res() const { return image_res_; }

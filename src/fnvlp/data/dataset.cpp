@@ -22,8 +22,11 @@ struct PairDataset::Shard {
   int64_t num_pairs = 0;
   int64_t num_images = 0;
   h5::Handle file;
-  h5::Handle images;
+  h5::Handle images;  // raw: images; jpeg: image_bytes
   std::once_flag loaded;
+  // jpeg: image_offset and image_hw (read_jpeg_tables), loaded with the columns.
+  std::vector<int64_t> image_offset;
+  std::vector<int32_t> image_hw;
   // Per-pair columns, row i = pair first_pair + i.
   std::vector<int64_t> pair_image;
   std::vector<int32_t> tokens;
@@ -34,18 +37,20 @@ struct PairDataset::Shard {
 
 namespace {
 
-// Opens /images, checked against the schema (open_shard_dataset), with a chunk cache of
-// `cache_bytes` (0: room for `chunks_hint` chunks).
+// Opens /images (raw) or /image_bytes (jpeg), checked against the schema (open_shard_dataset),
+// with a chunk cache of `cache_bytes` (0: room for `chunks_hint` chunks).
 h5::Handle open_images(hid_t file, const std::string& path, const ShardHeader& header,
                        int64_t cache_bytes, int64_t chunks_hint) {
-  const std::string ctx = path + ":/" + shard_ds::kImages;
+  const bool jpeg = header.codec == ImageCodec::kJpeg;
+  const char* name = jpeg ? shard_ds::kImageBytes : shard_ds::kImages;
+  const std::string ctx = path + ":/" + name;
   hsize_t chunk_bytes = 0;
   {
-    h5::Handle ds = open_shard_dataset(file, path, shard_ds::kImages, header);
+    h5::Handle ds = open_shard_dataset(file, path, name, header);
     h5::Handle dcpl(H5_CHECK(H5Dget_create_plist(ds), ctx), H5Pclose);
     hsize_t chunk[4] = {0, 0, 0, 0};
-    H5_CHECK(H5Pget_chunk(dcpl, 4, chunk), ctx);  // rank 4, checked above
-    chunk_bytes = chunk[0] * chunk[1] * chunk[2] * chunk[3];
+    H5_CHECK(H5Pget_chunk(dcpl, jpeg ? 1 : 4, chunk), ctx);  // rank checked above
+    chunk_bytes = jpeg ? chunk[0] : chunk[0] * chunk[1] * chunk[2] * chunk[3];
   }
   const size_t nbytes =
       cache_bytes > 0 ? static_cast<size_t>(cache_bytes)
@@ -54,7 +59,7 @@ h5::Handle open_images(hid_t file, const std::string& path, const ShardHeader& h
   // w0 = 1: chunks read whole (we never write) are evicted first.
   H5_CHECK(H5Pset_chunk_cache(dapl, 12421, nbytes, 1.0), ctx);
   // The same object as checked above: only the access properties differ.
-  return h5::Handle(H5_CHECK(H5Dopen2(file, shard_ds::kImages, dapl), ctx), H5Dclose);
+  return h5::Handle(H5_CHECK(H5Dopen2(file, name, dapl), ctx), H5Dclose);
 }
 
 template <typename T>
@@ -108,9 +113,10 @@ PairDataset::PairDataset(const std::string& dir, const PairDatasetOptions& optio
       sh->num_pairs = s.num_pairs;
       sh->file = h5::open_file(sh->path);
       const std::string& p = sh->path;
-      const int64_t schema = h5::read_attr_int(sh->file, "fnvlp_schema", p);
-      FNVLP_CHECK(schema == kShardSchemaVersion, p << ": shard schema version " << schema
-                                                   << ", this build reads " << kShardSchemaVersion);
+      const ImageCodec codec = read_shard_codec(sh->file, p);
+      FNVLP_CHECK(codec == manifest_.image_codec, p << ": image codec " << image_codec_name(codec)
+                                                    << ", the manifest says "
+                                                    << image_codec_name(manifest_.image_codec));
       const int64_t image_size = h5::read_attr_int(sh->file, "image_size", p);
       const int64_t max_len = h5::read_attr_int(sh->file, "max_len", p);
       const int64_t num_pairs = h5::read_attr_int(sh->file, "num_pairs", p);
@@ -123,13 +129,22 @@ PairDataset::PairDataset(const std::string& dir, const PairDatasetOptions& optio
       FNVLP_CHECK(num_pairs == s.num_pairs,
                   p << ": num_pairs " << num_pairs << ", manifest says " << s.num_pairs);
       ShardHeader header;
+      header.codec = codec;
       header.image_size = image_size;
       header.max_len = max_len;
       header.num_pairs = num_pairs;
       sh->images = open_images(sh->file, p, header, options_.chunk_cache_bytes, chunks_hint);
-      sh->num_images = static_cast<int64_t>(h5::dims(sh->images, p + ":/images")[0]);
-      FNVLP_CHECK(sh->num_images == s.num_images, p << ":/images has " << sh->num_images
-                                                    << " rows, manifest says " << s.num_images);
+      if (codec == ImageCodec::kJpeg) {
+        // The count from image_hw's metadata; its rows are read and checked with the columns.
+        const h5::Handle hw = open_shard_dataset(sh->file, p, shard_ds::kImageHw, header);
+        sh->num_images = static_cast<int64_t>(h5::dims(hw, p + ":/image_hw")[0]);
+        FNVLP_CHECK(sh->num_images == s.num_images, p << ":/image_hw has " << sh->num_images
+                                                      << " rows, manifest says " << s.num_images);
+      } else {
+        sh->num_images = static_cast<int64_t>(h5::dims(sh->images, p + ":/images")[0]);
+        FNVLP_CHECK(sh->num_images == s.num_images, p << ":/images has " << sh->num_images
+                                                      << " rows, manifest says " << s.num_images);
+      }
       first_pair_.push_back(s.first_pair_id);
       shards_.push_back(std::move(sh));
     }
@@ -161,6 +176,7 @@ const PairDataset::Shard& PairDataset::columns(int64_t shard) const {
     const auto L = static_cast<size_t>(manifest_.max_len);
     const std::string& p = sh.path;
     ShardHeader h;  // as checked against the manifest at open
+    h.codec = manifest_.image_codec;
     h.image_size = manifest_.image_size;
     h.max_len = manifest_.max_len;
     h.num_pairs = sh.num_pairs;
@@ -173,6 +189,11 @@ const PairDataset::Shard& PairDataset::columns(int64_t shard) const {
       pair_id = read_column<int64_t>(sh.file, shard_ds::kPairId, p, h, n);
       sh.image_id = read_column<int64_t>(sh.file, shard_ds::kImageId, p, h, n);
       sh.label = read_column<int32_t>(sh.file, shard_ds::kLabel, p, h, n);
+      if (h.codec == ImageCodec::kJpeg) {
+        read_jpeg_tables(sh.file, p, h, sh.images, sh.image_offset, sh.image_hw);
+        FNVLP_CHECK(static_cast<int64_t>(sh.image_hw.size() / 2) == sh.num_images,
+                    p << ":/image_hw changed its row count since the shard was opened");
+      }
     }
     for (size_t i = 0; i < n; ++i) {
       FNVLP_CHECK(pair_id[i] == sh.first_pair + static_cast<int64_t>(i),
@@ -222,15 +243,16 @@ void PairDataset::ids(const std::vector<int64_t>& pair_ids, std::vector<int64_t>
 Batch PairDataset::read(const std::vector<int64_t>& pair_ids) const {
   const auto b = static_cast<int64_t>(pair_ids.size());
   const int64_t S = manifest_.image_size, L = manifest_.max_len;
-  const size_t image_bytes = static_cast<size_t>(S * S * 3);
+  const bool jpeg = manifest_.image_codec == ImageCodec::kJpeg;
+  const size_t image_bytes = jpeg ? 0 : static_cast<size_t>(S * S * 3);
   Batch out;
-  out.images = torch::empty({b, S, S, 3}, torch::kUInt8);
+  if (!jpeg) out.images = torch::empty({b, S, S, 3}, torch::kUInt8);
   out.tokens = torch::empty({b, L}, torch::kInt64);
   out.attention_mask = torch::empty({b, L}, torch::kInt64);
   out.pair_id = torch::empty({b}, torch::kInt64);
   out.image_id = torch::empty({b}, torch::kInt64);
   out.label = torch::empty({b}, torch::kInt64);
-  uint8_t* images = out.images.data_ptr<uint8_t>();
+  uint8_t* images = jpeg ? nullptr : out.images.data_ptr<uint8_t>();
   int64_t* tokens = out.tokens.data_ptr<int64_t>();
   int64_t* mask = out.attention_mask.data_ptr<int64_t>();
   int64_t* pid = out.pair_id.data_ptr<int64_t>();
@@ -260,6 +282,56 @@ Batch PairDataset::read(const std::vector<int64_t>& pair_ids) const {
   std::sort(wants.begin(), wants.end(), [](const Want& x, const Want& y) {
     return x.shard != y.shard ? x.shard < y.shard : x.image_row < y.image_row;
   });
+  if (jpeg) {
+    // The stored bytes of each wanted image, one read per run of consecutive rows (as below), in
+    // batch order; decoding is the consumer's (Augmenter), on its threads.
+    auto enc = std::make_shared<EncodedImages>();
+    std::vector<std::pair<int64_t, int64_t>> span(static_cast<size_t>(b));  // into `buf`
+    std::vector<uint8_t> buf;
+    for (size_t lo = 0; lo < wants.size();) {
+      size_t hi = lo;
+      while (hi < wants.size() && wants[hi].shard == wants[lo].shard) ++hi;
+      const Shard& sh = *shards_[static_cast<size_t>(wants[lo].shard)];
+      const std::vector<int64_t>& off = sh.image_offset;
+      fault::point("shard.read", -1, sh.path + ":/" + shard_ds::kImageBytes);
+      std::lock_guard<std::mutex> lock(h5::global_mutex());
+      for (size_t k = lo; k < hi;) {
+        size_t e = k + 1;
+        while (e < hi && wants[e].image_row <= wants[e - 1].image_row + 1) ++e;
+        const int64_t first = wants[k].image_row, last = wants[e - 1].image_row + 1;
+        const size_t at = buf.size();
+        buf.resize(at + static_cast<size_t>(off[static_cast<size_t>(last)] -
+                                            off[static_cast<size_t>(first)]));
+        read_jpeg_bytes(sh.images, off, first, last, buf.data() + at, sh.path);
+        for (size_t w = k; w < e; ++w) {
+          const auto r = static_cast<size_t>(wants[w].image_row);
+          span[static_cast<size_t>(wants[w].pos)] = {
+              static_cast<int64_t>(at) + off[r] - off[static_cast<size_t>(first)],
+              off[r + 1] - off[r]};
+        }
+        k = e;
+      }
+      for (size_t w = lo; w < hi; ++w) {
+        const auto r = static_cast<size_t>(wants[w].image_row);
+        const auto pos = static_cast<size_t>(wants[w].pos);
+        enc->height.resize(static_cast<size_t>(b));
+        enc->width.resize(static_cast<size_t>(b));
+        enc->source.resize(static_cast<size_t>(b));
+        enc->height[pos] = sh.image_hw[2 * r];
+        enc->width[pos] = sh.image_hw[2 * r + 1];
+        enc->source[pos] = sh.path + ":/image_bytes row " + std::to_string(r) + " (pair_id " +
+                           std::to_string(pid[pos]) + ")";
+      }
+      lo = hi;
+    }
+    for (int64_t i = 0; i < b; ++i) {
+      const auto [at, n] = span[static_cast<size_t>(i)];
+      enc->bytes.insert(enc->bytes.end(), buf.begin() + at, buf.begin() + at + n);
+      enc->offset.push_back(enc->offset.back() + n);
+    }
+    out.encoded = std::move(enc);
+    return out;
+  }
 
   std::vector<uint8_t> buf;
   std::vector<int64_t> rows;  // distinct image rows of one shard, ascending

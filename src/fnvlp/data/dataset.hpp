@@ -20,12 +20,15 @@
 #include <utility>
 #include <vector>
 
+#include "fnvlp/data/image_codec.hpp"
 #include "fnvlp/data/manifest.hpp"
 
 namespace fnvlp::data {
 
 struct Batch {
-  torch::Tensor images;          // uint8 [b, S, S, 3]
+  torch::Tensor images;  // uint8 [b, S, S, 3]; undefined for jpeg shards (encoded)
+  // jpeg shards: the stored JPEG of each pair, in batch order, undecoded (Augmenter decodes them)
+  std::shared_ptr<const EncodedImages> encoded;
   torch::Tensor tokens;          // int64 [b, L]: [CLS] ... [SEP] [PAD]=0
   torch::Tensor attention_mask;  // int64 [b, L]: 1 for the first lengths[i] tokens
   torch::Tensor pair_id;         // int64 [b]

@@ -46,6 +46,12 @@ ImageFormat sniff_format(const uint8_t* data, size_t size);
 // large photos that are resized down anyway). Throws ImageError.
 Image decode_image(const uint8_t* data, size_t size, const std::string& name, int min_side = 0);
 
+// A JPEG as fnvlp-shard stores it (--image-codec jpeg): 8-bit YCbCr or greyscale of exactly
+// width x height, as the shard's image_hw records. Another size, CMYK/YCCK, another precision, a
+// cut or corrupt stream: ImageError, raised before or instead of handing back pixels.
+Image decode_stored_jpeg(const uint8_t* data, size_t size, int width, int height,
+                         const std::string& name, int min_side = 0);
+
 // What read_image_file accepts before it reads a byte.
 struct ImageFileLimits {
   // Canonical directory the file must resolve inside (after every symlink); empty: anywhere.
@@ -64,7 +70,12 @@ Image read_image_file(const std::string& path, int min_side = 0,
 // that size.
 Image resize_center_crop(const Image& in, int size);
 
-// Encoders (synthetic data, tests). Throw fnvlp::Error on failure.
+// Scales down so that the longer side is max_side (the shorter one rounded, at least 1 px),
+// keeping the aspect ratio, with the filter of resize_center_crop; smaller images are returned
+// unchanged. What --image-codec jpeg stores.
+Image resize_max_side(const Image& in, int max_side);
+
+// Encoders (synthetic data, --image-codec jpeg, tests); JPEG 4:2:0. Throw fnvlp::Error on failure.
 std::vector<uint8_t> encode_png(const Image& img);
 void write_png_file(const std::string& path, const Image& img);
 std::vector<uint8_t> encode_jpeg(const Image& img, int quality);

@@ -80,7 +80,8 @@ std::vector<uint8_t> encode_jpeg(const Image& img, int quality) {
   check_image(img, "encode_jpeg");
   FNVLP_CHECK(quality >= 1 && quality <= 100,
               "encode_jpeg: quality must be in 1..100, got " << quality);
-  std::unique_ptr<void, int (*)(tjhandle)> handle(tjInitCompress(), tjDestroy);
+  // One compressor per thread: fnvlp-shard encodes every image of a jpeg shard.
+  thread_local std::unique_ptr<void, int (*)(tjhandle)> handle(tjInitCompress(), tjDestroy);
   FNVLP_CHECK(handle != nullptr, "encode_jpeg: tjInitCompress failed: " << tjGetErrorStr2(nullptr));
   unsigned char* buf = nullptr;
   unsigned long size = 0;

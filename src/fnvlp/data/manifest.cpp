@@ -11,6 +11,7 @@
 #include "fnvlp/core/json_int.hpp"
 #include "fnvlp/core/progress.hpp"
 #include "fnvlp/core/sha256.hpp"
+#include "fnvlp/data/image.hpp"
 #include "fnvlp/data/shard.hpp"
 
 namespace fnvlp::data {
@@ -34,7 +35,8 @@ json Manifest::to_json() const {
                                {"sep", special_tokens.sep},
                                {"mask", special_tokens.mask}};
   return {{"fnvlp_manifest_schema", schema},
-          {"shard_schema", kShardSchemaVersion},
+          {"shard_schema", shard_schema(image_codec)},
+          {"image_codec", image_codec_name(image_codec)},
           {"created_by", created_by},
           {"created_at", created_at},
           {"image_size", image_size},
@@ -66,7 +68,10 @@ void check_sizes(const Manifest& m, const std::string& context) {
   in_range(context, "max_len", m.max_len, 2, 32767);
   in_range(context, "vocab.size", m.vocab_size, 1, INT32_MAX);
   const int64_t pair_bytes = 4 * m.max_len + 30;  // tokens, pair_image/id, image_id, length, label
-  const int64_t image_bytes = 3 * m.image_size * m.image_size;
+  // A stored JPEG takes more than its offset and size entries plus the ~100 bytes of the smallest
+  // JPEG stream; a raw image its pixels.
+  const int64_t image_bytes =
+      m.image_codec == ImageCodec::kJpeg ? 16 + 100 : 3 * m.image_size * m.image_size;
   int64_t total_bytes = 0;
   for (const auto& s : m.shards) {
     const std::string key = "shard " + s.file;
@@ -90,10 +95,12 @@ Manifest Manifest::from_json(const json& j, const std::string& context) {
     FNVLP_CHECK(m.schema == kManifestSchemaVersion, context << ": manifest schema " << m.schema
                                                             << ", this build reads "
                                                             << kManifestSchemaVersion);
-    const int64_t shard_schema = integer(j.at("shard_schema"));
-    FNVLP_CHECK(shard_schema == kShardSchemaVersion, context << ": shard schema " << shard_schema
-                                                             << ", this build reads "
-                                                             << kShardSchemaVersion);
+    m.image_codec = codec_of_schema(integer(j.at("shard_schema")), context);
+    // Manifests written before the codec was recorded are raw (schema 1).
+    if (j.contains("image_codec"))
+      FNVLP_CHECK(j.at("image_codec").get<std::string>() == image_codec_name(m.image_codec),
+                  context << ": image_codec " << j.at("image_codec").dump() << " but shard schema "
+                          << shard_schema(m.image_codec));
     m.created_by = j.at("created_by").get<std::string>();
     m.created_at = j.at("created_at").get<std::string>();
     m.image_size = integer(j.at("image_size"));
@@ -189,6 +196,9 @@ void verify_shard(const std::string& dir, const Manifest& m, const ManifestShard
   try {
     ShardReader reader(path);
     const auto& h = reader.header();
+    if (h.codec != m.image_codec)
+      problem(std::string("image codec ") + image_codec_name(h.codec) + ", the manifest says " +
+              image_codec_name(m.image_codec));
     if (h.image_size != m.image_size) problem("image_size differs from the manifest");
     if (h.max_len != m.max_len) problem("max_len differs from the manifest");
     if (h.vocab_sha256 != m.vocab_sha256) problem("vocab_sha256 differs from the manifest");
@@ -196,7 +206,7 @@ void verify_shard(const std::string& dir, const Manifest& m, const ManifestShard
       problem("num_pairs " + std::to_string(h.num_pairs) + ", manifest says " +
               std::to_string(entry.num_pairs));
     if (reader.num_images() != entry.num_images)
-      problem("/images has " + std::to_string(reader.num_images()) + " rows, manifest says " +
+      problem("holds " + std::to_string(reader.num_images()) + " images, manifest says " +
               std::to_string(entry.num_images));
     const PairColumns p = reader.read_pairs();
     std::vector<uint8_t> row_used(static_cast<size_t>(reader.num_images()), 0);
@@ -231,15 +241,32 @@ void verify_shard(const std::string& dir, const Manifest& m, const ManifestShard
     }
     for (size_t r = 0; r < row_used.size(); ++r)
       if (!row_used[r]) {
-        problem("/images row " + std::to_string(r) + " is referenced by no pair");
+        problem("image row " + std::to_string(r) + " is referenced by no pair");
         break;
       }
-    // Read every image chunk: a flipped bit anywhere fails its Fletcher32 check here.
+    // Read every image chunk: a flipped bit anywhere fails its Fletcher32 check here. A stored
+    // JPEG is also decoded: its header, colour space and every scan, as the loader will.
     const int64_t block = 64;
-    std::vector<uint8_t> buf(static_cast<size_t>(block * h.image_size * h.image_size * 3));
-    for (int64_t row = 0; row < reader.num_images(); row += block) {
-      progress("verify: reading image chunks");
-      reader.read_images(row, std::min(block, reader.num_images() - row), buf.data());
+    if (h.codec == ImageCodec::kJpeg) {
+      for (int64_t row = 0; row < reader.num_images(); row += block) {
+        progress("verify: reading and decoding the stored JPEGs");
+        EncodedImages enc;
+        reader.read_jpegs(row, std::min(block, reader.num_images() - row), enc);
+        for (size_t i = 0; i < enc.size(); ++i) {
+          try {
+            decode_stored_jpeg(enc.data(i), enc.bytes_of(i), enc.width[i], enc.height[i],
+                               enc.source[i]);
+          } catch (const ImageError& e) {
+            report.problems.push_back(std::string(e.what()) + " (" + e.reason() + ")");
+          }
+        }
+      }
+    } else {
+      std::vector<uint8_t> buf(static_cast<size_t>(block * h.image_size * h.image_size * 3));
+      for (int64_t row = 0; row < reader.num_images(); row += block) {
+        progress("verify: reading image chunks");
+        reader.read_images(row, std::min(block, reader.num_images() - row), buf.data());
+      }
     }
     report.pairs_checked += static_cast<int64_t>(p.size());
     report.images_checked += reader.num_images();

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "fnvlp/data/image_codec.hpp"
 #include "fnvlp/data/tokenizer.hpp"
 
 namespace fnvlp::data {
@@ -28,6 +29,8 @@ struct Manifest {
   int64_t schema = kManifestSchemaVersion;
   std::string created_by;
   std::string created_at;  // UTC, ISO 8601 (informational; shards themselves are reproducible)
+  // raw: decoded squares of image_size; jpeg: JPEG streams, longer side <= image_size
+  ImageCodec image_codec = ImageCodec::kRaw;
   int64_t image_size = 0;
   int64_t max_len = 0;
   std::string vocab_path;

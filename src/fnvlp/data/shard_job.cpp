@@ -90,8 +90,9 @@ void write_local_shard(const ShardJobOptions& o, const ImageFileLimits& limits,
                        const WordPieceTokenizer& tok, const std::vector<InputRecord>& entries,
                        Range range, LocalShard& shard, LocalWork& work) {
   const auto L = static_cast<size_t>(o.max_len);
-  const auto S = static_cast<size_t>(o.image_size);
-  const size_t image_bytes = S * S * 3;
+  const bool jpeg = parse_image_codec(o.image_codec) == ImageCodec::kJpeg;
+  const auto S = static_cast<size_t>(jpeg ? o.max_side : o.image_size);
+  const size_t image_bytes = jpeg ? 0 : S * S * 3;
 
   // Captions first: an entry whose caption yields no word piece never costs an image decode.
   std::vector<std::vector<int32_t>> ids(range.end - range.begin);
@@ -108,8 +109,9 @@ void write_local_shard(const ShardJobOptions& o, const ImageFileLimits& limits,
   }
 
   ShardHeader header;
+  header.codec = jpeg ? ImageCodec::kJpeg : ImageCodec::kRaw;
   header.created_by = std::string("fnvlp-shard ") + kVersion;
-  header.image_size = o.image_size;
+  header.image_size = static_cast<int64_t>(S);
   header.max_len = o.max_len;
   header.vocab_sha256 = tok.vocab_sha256();
   ShardWriter writer(shard.tmp.string(), header, static_cast<int>(o.image_chunk));
@@ -123,6 +125,8 @@ void write_local_shard(const ShardJobOptions& o, const ImageFileLimits& limits,
   std::unordered_map<std::string, ImageError> failed;
   const size_t batch = 256;
   std::vector<uint8_t> pixels(batch * image_bytes);
+  std::vector<std::vector<uint8_t>> jpegs(jpeg ? batch : 0);
+  std::vector<std::pair<int32_t, int32_t>> hw(jpeg ? batch : 0);
   std::vector<std::optional<ImageError>> errors(batch);
   int64_t next_row = 0;
   for (size_t b = 0; b < todo.size(); b += batch) {
@@ -132,6 +136,14 @@ void write_local_shard(const ShardJobOptions& o, const ImageFileLimits& limits,
       errors[i].reset();
       try {
         const std::string& path = *todo[b + i];
+        if (jpeg) {
+          // Decoded, scaled to the maximum side and encoded again: every stored stream is then
+          // 8-bit YCbCr 4:2:0 of a known size, whatever the input was (CMYK, progressive, PNG).
+          const Image img = resize_max_side(read_image_file(path, 0, limits), static_cast<int>(S));
+          jpegs[i] = encode_jpeg(img, static_cast<int>(o.jpeg_quality));
+          hw[i] = {img.height, img.width};
+          return;
+        }
         Image img = resize_center_crop(read_image_file(path, static_cast<int>(S), limits),
                                        static_cast<int>(S));
         FNVLP_CHECK(img.rgb.size() == image_bytes, path << ": resize produced a wrong size");
@@ -150,13 +162,16 @@ void write_local_shard(const ShardJobOptions& o, const ImageFileLimits& limits,
         failed.emplace(path, *errors[i]);
         continue;
       }
-      if (kept != i)
+      if (jpeg) {
+        writer.append_jpeg(jpegs[i].data(), jpegs[i].size(), hw[i].first, hw[i].second);
+      } else if (kept != i) {
         std::copy_n(pixels.begin() + static_cast<long>(i * image_bytes), image_bytes,
                     pixels.begin() + static_cast<long>(kept * image_bytes));
+      }
       row_of[path] = next_row++;
       ++kept;
     }
-    writer.append_images(pixels.data(), static_cast<int64_t>(kept));
+    if (!jpeg) writer.append_images(pixels.data(), static_cast<int64_t>(kept));
   }
   work.images_decoded += static_cast<int64_t>(todo.size());
 
@@ -198,6 +213,9 @@ void check_options(const ShardJobOptions& o) {
   FNVLP_CHECK(o.max_reject_fraction >= 0 && o.max_reject_fraction <= 1,
               "--max-reject-fraction must be in [0, 1]");
   FNVLP_CHECK(o.split.empty() == o.split_file.empty(), "--split-file and --split go together");
+  parse_image_codec(o.image_codec);
+  FNVLP_CHECK(o.max_side >= 8 && o.max_side <= 4096, "--max-side must be in [8, 4096]");
+  FNVLP_CHECK(o.jpeg_quality >= 1 && o.jpeg_quality <= 100, "--jpeg-quality must be in [1, 100]");
 }
 
 // Images must resolve inside the image root (the working directory when none is given).
@@ -417,7 +435,8 @@ Manifest make_manifest(const ShardJobOptions& o, const WordPieceTokenizer& tok,
   Manifest m;
   m.created_by = std::string("fnvlp-shard ") + kVersion + " (" + kGitCommit + ")";
   m.created_at = utc_now_iso8601();
-  m.image_size = o.image_size;
+  m.image_codec = parse_image_codec(o.image_codec);
+  m.image_size = m.image_codec == ImageCodec::kJpeg ? o.max_side : o.image_size;
   m.max_len = o.max_len;
   m.vocab_path = fs::absolute(o.vocab).string();
   m.vocab_sha256 = tok.vocab_sha256();
@@ -439,6 +458,10 @@ Manifest make_manifest(const ShardJobOptions& o, const WordPieceTokenizer& tok,
               {"max_image_bytes", o.max_image_bytes},
               {"allow_outside_root", o.allow_outside_root},
               {"max_reject_fraction", o.max_reject_fraction}};
+  if (m.image_codec == ImageCodec::kJpeg) {
+    m.source["max_side"] = o.max_side;
+    m.source["jpeg_quality"] = o.jpeg_quality;
+  }
   m.shards = std::move(shards);
   return m;
 }

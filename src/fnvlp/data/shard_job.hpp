@@ -19,6 +19,11 @@ struct ShardJobOptions {
       (std::string, split_file, ),
       (std::string, split, ),
       (int64_t, image_size, 128, config::at_least(1)),
+      // raw: decoded image_size squares; jpeg: JPEG streams at their aspect ratio, longer side
+      // at most max_side, so that training crops from the full image
+      (std::string, image_codec, "raw"),
+      (int64_t, max_side, 384, config::at_least(8)),
+      (int64_t, jpeg_quality, 95, config::within(1, 100)),
       (int64_t, max_len, 30, config::at_least(2)),
       (int64_t, shard_size, 4096, config::at_least(1)),
       (double, max_reject_fraction, 0.01, config::within(0, 1)),

@@ -121,7 +121,7 @@ EncodedImages encode_images(model::AlbefImpl& model, const data::PairDataset& ds
     for (int64_t i = first; i < std::min(rows.end, first + batch); ++i)
       pairs.push_back(idx.image_first_pair[static_cast<size_t>(i)]);
     const data::Batch b = ds.read(pairs);
-    const torch::Tensor tokens = model.encode_image(aug.eval(b.images));
+    const torch::Tensor tokens = model.encode_image(aug.eval(b));
     if (keep_tokens) {
       append(out.tokens, tokens);
       append(out.embed, model.image_embed(tokens));

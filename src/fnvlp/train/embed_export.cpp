@@ -25,7 +25,7 @@ data::Embeddings embed_pairs(model::Albef& model, const data::Augmenter& augment
                                std::min(pair_ids.size(), first + static_cast<size_t>(batch))));
     const data::Batch b = ds.read(ids);
     const torch::Device dev = model->temp().device();
-    const auto x = augment.eval(b.images).to(dev);
+    const auto x = augment.eval(b).to(dev);
     const auto ie = model->image_embed(model->encode_image(x)).to(torch::kCPU).contiguous();
     const auto te =
         model->text_embed(model->encode_text(b.tokens.to(dev), b.attention_mask.to(dev)))

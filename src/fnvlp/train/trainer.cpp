@@ -175,10 +175,11 @@ void Trainer::start_loader(BatchSource& loader, bool resumed) {
   const bool second_view = methods_.any(&Method::wants_second_view);
   loader.set_prepare([this, second_view](data::Batch& b, int64_t step) {
     auto gen = negatives::step_generator(seed(), step, comm_.rank(), negatives::kAugmentStream);
-    b.prepared = data_.augment.train(b.images, gen);
+    const data::BatchImages images(b);  // jpeg shards: decoded once for both views
+    b.prepared = data_.augment.train(images, gen);
     if (second_view) {
       auto gen2 = negatives::step_generator(seed(), step, comm_.rank(), negatives::kTclViewStream);
-      b.prepared2 = data_.augment.train(b.images, gen2);
+      b.prepared2 = data_.augment.train(images, gen2);
     }
     b.prepared_for = step;
     devices_.upload.start(b);  // on a GPU: pinned, and its copy started while earlier steps compute

@@ -81,4 +81,55 @@ inline data::Manifest write_test_dataset(const std::string& dir, int64_t pairs_p
   return m;
 }
 
+// One jpeg shard (schema 2) holding `jpegs[i]` as image i, recorded as `hw[i]` = {height, width},
+// one pair per image (pair i -> image i, label i % 3). The bytes are stored as given, hostile
+// ones included: what a reader must do with them is the test.
+inline data::Manifest write_jpeg_dataset(const std::string& dir,
+                                         const std::vector<std::vector<uint8_t>>& jpegs,
+                                         const std::vector<std::pair<int, int>>& hw, int max_side) {
+  namespace fs = std::filesystem;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  data::Manifest m;
+  m.created_by = "test";
+  m.created_at = "2026-01-01T00:00:00Z";
+  m.image_codec = data::ImageCodec::kJpeg;
+  m.image_size = max_side;
+  m.max_len = kMaxLen;
+  m.vocab_path = "vocab.txt";
+  m.vocab_sha256 = std::string(64, 'a');
+  m.vocab_size = 1000;
+  const std::string name = "shard-00000.h5";
+  const std::string path = (fs::path(dir) / name).string();
+  data::ShardHeader h;
+  h.codec = data::ImageCodec::kJpeg;
+  h.created_by = "test";
+  h.image_size = max_side;
+  h.max_len = kMaxLen;
+  h.vocab_sha256 = m.vocab_sha256;
+  data::ShardWriter w(path, h, 1);
+  data::PairColumns c;
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < jpegs.size(); ++i) {
+    w.append_jpeg(jpegs[i].data(), jpegs[i].size(), hw[i].first, hw[i].second);
+    c.pair_image.push_back(static_cast<int64_t>(i));
+    const std::vector<int32_t> t = {101, static_cast<int32_t>(i + 1), 102, 0, 0, 0};
+    c.tokens.insert(c.tokens.end(), t.begin(), t.end());
+    c.lengths.push_back(3);
+    c.label.push_back(static_cast<int32_t>(i % 3));
+    ids.push_back(static_cast<int64_t>(i));
+  }
+  w.write_pairs(c);
+  w.write_global_ids(ids, ids);
+  w.close();
+  const auto n = static_cast<int64_t>(jpegs.size());
+  m.shards.push_back({name, 0, n, n, static_cast<int64_t>(fs::file_size(path)), sha256_file(path)});
+  m.num_pairs = n;
+  m.num_images = n;
+  m.records_total = n;
+  m.source = {{"input", "test"}};
+  m.save(dir);
+  return m;
+}
+
 }  // namespace fnvlp::testutil

@@ -18,15 +18,18 @@
 
 #include "fnvlp/core/error.hpp"
 #include "fnvlp/data/image.hpp"
+#include "hostile_jpeg.hpp"
 
 namespace {
 
 using fnvlp::data::decode_image;
+using fnvlp::data::decode_stored_jpeg;
 using fnvlp::data::Image;
 using fnvlp::data::ImageError;
 using fnvlp::data::ImageFormat;
 using fnvlp::data::read_image_file;
 using fnvlp::data::resize_center_crop;
+using fnvlp::data::resize_max_side;
 using fnvlp::data::sniff_format;
 namespace reason = fnvlp::data::image_reason;
 
@@ -590,6 +593,67 @@ std::string image_error_reason(const std::string& path, const fnvlp::data::Image
     return e.reason();
   }
   return "decoded";
+}
+
+// --image-codec jpeg stores each image at its aspect ratio, longer side at most max_side, with
+// resize_center_crop's (Pillow-exact) filter: the centre square of it is resize_center_crop's.
+TEST(ImageResize, MaxSideKeepsTheAspectRatioWithTheSameFilter) {
+  const Image land = synthetic(500, 375), port = synthetic(333, 500);
+  const Image a = resize_max_side(land, 384);
+  EXPECT_EQ(a.width, 384);
+  EXPECT_EQ(a.height, 288);
+  const Image sq = resize_center_crop(land, 288);
+  for (int y = 0; y < 288; ++y)
+    ASSERT_EQ(0, std::memcmp(pixel(a, 48, y), pixel(sq, 0, y), 288 * 3)) << "row " << y;
+  const Image b = resize_max_side(port, 384);
+  EXPECT_EQ(b.height, 384);
+  EXPECT_EQ(b.width, 256);  // 333 * 384 / 500 = 255.74, rounded
+  // Images within the bound are stored as they are; a sliver keeps at least one pixel.
+  EXPECT_EQ(resize_max_side(land, 500).rgb, land.rgb);
+  const Image thin = resize_max_side(synthetic(1000, 2), 100);
+  EXPECT_EQ(thin.width, 100);
+  EXPECT_EQ(thin.height, 1);
+  EXPECT_THROW(resize_max_side(land, 0), fnvlp::Error);
+}
+
+// A stored JPEG must be what fnvlp-shard writes; anything else is refused with a reason code,
+// naming the stored image, before pixels are handed back.
+TEST(ImageDecode, StoredJpegIsCheckedAgainstWhatTheShardRecords) {
+  const Image src = synthetic(40, 30);
+  const std::vector<uint8_t> good = make_jpeg(40, 30, TJPF_RGB, src.rgb, TJSAMP_420, 90);
+  const Image img = decode_stored_jpeg(good.data(), good.size(), 40, 30, "s.h5 row 0");
+  EXPECT_EQ(img.width, 40);
+  EXPECT_EQ(img.height, 30);
+  const std::vector<uint8_t> gray_px(40 * 30, 100);
+  const std::vector<uint8_t> gray = make_jpeg(40, 30, TJPF_GRAY, gray_px, TJSAMP_GRAY, 90);
+  EXPECT_EQ(decode_stored_jpeg(gray.data(), gray.size(), 40, 30, "g").width, 40);
+
+  auto refused = [](const std::vector<uint8_t>& bytes, int w, int h, const char* want) {
+    try {
+      decode_stored_jpeg(bytes.data(), bytes.size(), w, h, "shard-00007.h5:/image_bytes row 3");
+    } catch (const ImageError& e) {
+      EXPECT_EQ(e.reason(), want) << e.what();
+      EXPECT_NE(std::string(e.what()).find("shard-00007.h5:/image_bytes row 3"), std::string::npos)
+          << e.what();
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "accepted, expected " << want;
+    return std::string();
+  };
+  EXPECT_NE(refused(good, 41, 30, reason::kCorrupt).find("the shard records 41x30"),
+            std::string::npos);
+  refused(head(good, good.size() / 2), 40, 30, reason::kTruncated);
+  // A header claiming 60000 x 60000 is refused from the header alone: no allocation follows.
+  refused(fnvlp::testutil::patch_sof(good, 8, 60000, 60000), 40, 30, reason::kUnsupported);
+  refused(fnvlp::testutil::patch_sof(good, 8, 300, 400), 40, 30, reason::kCorrupt);
+  // TurboJPEG writes CMYK input as Adobe YCCK, as Photoshop does.
+  EXPECT_NE(refused(fnvlp::testutil::cmyk_jpeg(40, 30), 40, 30, reason::kUnsupported).find("YCCK"),
+            std::string::npos);
+  // 12- and 16-bit samples: libjpeg-turbo's 8-bit decoder refuses them.
+  refused(fnvlp::testutil::patch_sof(good, 12, 30, 40), 40, 30, reason::kCorrupt);
+  refused(fnvlp::testutil::patch_sof(good, 16, 30, 40), 40, 30, reason::kCorrupt);
+  const std::vector<uint8_t> png = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13};
+  refused(png, 40, 30, reason::kUnsupported);
 }
 
 TEST(ImageFile, DevicesFifosDirectoriesHugeFilesAndEscapesAreRefused) {

@@ -17,10 +17,12 @@
 #include "fnvlp/core/error.hpp"
 #include "fnvlp/data/augment.hpp"
 #include "fnvlp/data/dataset.hpp"
+#include "fnvlp/data/image.hpp"
 #include "fnvlp/data/prefetch.hpp"
 #include "fnvlp/data/sampler.hpp"
 #include "fnvlp/data/shard.hpp"
 #include "fnvlp/train/batch_source.hpp"
+#include "hostile_jpeg.hpp"
 
 namespace fnvlp::data {
 namespace {
@@ -807,6 +809,161 @@ TEST(Augment, DeterministicPerGeneratorSeed) {
   EXPECT_FALSE(torch::allclose(first, aug.train(img, other)));
   // The generator advances: the next batch is augmented differently.
   EXPECT_FALSE(torch::allclose(aug.train(img, a), first));
+}
+
+// ---------------------------------------------------------------------------------------------
+// jpeg shards
+
+struct JpegSet {
+  std::vector<Image> images;  // as encoded
+  std::vector<std::vector<uint8_t>> jpegs;
+  std::vector<std::pair<int, int>> hw;
+};
+
+// Images of several aspect ratios, longer side <= 48.
+JpegSet jpeg_set() {
+  JpegSet s;
+  const int sizes[][2] = {{48, 32}, {20, 48}, {33, 33}, {48, 40}, {17, 9}};
+  for (const auto& wh : sizes) {
+    s.images.push_back(testutil::gradient_image(wh[0], wh[1]));
+    s.jpegs.push_back(encode_jpeg(s.images.back(), 95));
+    s.hw.push_back({wh[1], wh[0]});
+  }
+  return s;
+}
+
+TEST(PairDataset, JpegShardsHandOverTheStoredBytesInBatchOrder) {
+  const auto dir = tmpdir("jpeg_bytes");
+  const JpegSet set = jpeg_set();
+  testutil::write_jpeg_dataset(dir, set.jpegs, set.hw, 48);
+  const PairDataset ds(dir);
+  EXPECT_EQ(ds.manifest().image_codec, ImageCodec::kJpeg);
+  const Batch b = ds.read({3, 0, 3, 4, 1});
+  EXPECT_FALSE(b.images.defined());
+  ASSERT_TRUE(b.encoded);
+  const EncodedImages& e = *b.encoded;
+  ASSERT_EQ(e.size(), 5u);
+  const std::vector<size_t> want = {3, 0, 3, 4, 1};
+  for (size_t i = 0; i < want.size(); ++i) {
+    const auto& j = set.jpegs[want[i]];
+    ASSERT_EQ(e.bytes_of(i), j.size()) << i;
+    EXPECT_EQ(0, std::memcmp(e.data(i), j.data(), j.size())) << i;
+    EXPECT_EQ(e.height[i], set.hw[want[i]].first);
+    EXPECT_EQ(e.width[i], set.hw[want[i]].second);
+    EXPECT_NE(e.source[i].find("row " + std::to_string(want[i]) + " (pair_id " +
+                               std::to_string(want[i]) + ")"),
+              std::string::npos)
+        << e.source[i];
+  }
+  EXPECT_EQ(b.pair_id[4].item<int64_t>(), 1);
+  EXPECT_TRUE(verify_dataset(dir).ok());
+}
+
+// ALBEF's RandomResizedCrop samples its box in the whole image: with the scale fixed at 1 and the
+// ratio at the image's own, the crop is the whole non-square picture resized to R x R, which a
+// crop from a centred square could never give.
+TEST(Augment, JpegCropsFromTheWholeStoredImage) {
+  const auto dir = tmpdir("jpeg_crop");
+  const JpegSet set = jpeg_set();
+  testutil::write_jpeg_dataset(dir, set.jpegs, set.hw, 48);
+  const PairDataset ds(dir);
+  const Batch b = ds.read({0});  // 48 x 32
+  AugmentConfig c = no_augmentation();
+  c.random_resized_crop = true;
+  c.crop_scale_min = c.crop_scale_max = 1.0;
+  c.crop_ratio_min = c.crop_ratio_max = 1.5;
+  const Augmenter aug(c, 16);
+  torch::Generator g = at::detail::createCPUGenerator(4);
+  const torch::Tensor got = aug.train(b, g);
+  const Image dec = decode_image(set.jpegs[0].data(), set.jpegs[0].size(), "ref");
+  const torch::Tensor hwc =
+      torch::from_blob(const_cast<uint8_t*>(dec.rgb.data()), {1, 32, 48, 3}, torch::kUInt8);
+  const torch::Tensor want = reference_eval(hwc, 16);
+  EXPECT_TRUE(torch::allclose(got, want, 1e-4, 1e-4));
+  // The centred 32 x 32 square resized is another picture.
+  const torch::Tensor square = reference_eval(hwc.slice(2, 8, 40).contiguous(), 16);
+  EXPECT_FALSE(torch::allclose(got, square, 1e-2, 1e-2));
+}
+
+TEST(Augment, JpegTrainingIsTheSameOnOneAndThreeThreadsAndEvalIsResizeCenterCrop) {
+  const auto dir = tmpdir("jpeg_threads");
+  const JpegSet set = jpeg_set();
+  testutil::write_jpeg_dataset(dir, set.jpegs, set.hw, 48);
+  const PairDataset ds(dir);
+  const Batch b = ds.read({0, 1, 2, 3, 4, 2, 1});
+  AugmentConfig full;
+  full.color_jitter = true;
+  const Augmenter aug(full, 16);
+  auto run = [&](int threads) {
+    const int saved = at::get_num_threads();
+    at::set_num_threads(threads);
+    torch::Generator g = at::detail::createCPUGenerator(5);
+    const torch::Tensor out = aug.train(b, g);
+    at::set_num_threads(saved);
+    return out;
+  };
+  const torch::Tensor one = run(1);
+  EXPECT_EQ(one.sizes(), (std::vector<int64_t>{7, 3, 16, 16}));
+  EXPECT_TRUE(torch::equal(one, run(3)));
+  // Evaluation: torchvision's Resize(16) + CenterCrop(16) of the decoded image (at the DCT scale
+  // that keeps the shorter side >= 16), then normalisation.
+  const torch::Tensor ev = aug.eval(b);
+  for (int64_t i = 0; i < 7; ++i) {
+    const size_t k = static_cast<size_t>(b.pair_id[i].item<int64_t>());
+    const Image sq =
+        resize_center_crop(decode_image(set.jpegs[k].data(), set.jpegs[k].size(), "ref", 16), 16);
+    const torch::Tensor hwc =
+        torch::from_blob(const_cast<uint8_t*>(sq.rgb.data()), {1, 16, 16, 3}, torch::kUInt8);
+    EXPECT_TRUE(torch::allclose(ev[i], reference_eval(hwc, 16)[0], 1e-5, 1e-5)) << i;
+  }
+}
+
+// What fnvlp-shard rejects at shard time, found in a shard (written by hand, checksums valid):
+// the read hands the bytes over, the decode refuses them naming shard, row, pair and reason.
+TEST(PairDataset, HostileJpegInAShardIsANamedErrorWhenDecoded) {
+  const auto dir = tmpdir("jpeg_hostile");
+  const Image img = testutil::gradient_image(48, 32);
+  const std::vector<uint8_t> good = encode_jpeg(img, 90);
+  const std::vector<std::vector<uint8_t>> jpegs = {
+      good,
+      std::vector<uint8_t>(good.begin(), good.begin() + static_cast<long>(good.size() / 2)),
+      testutil::patch_sof(good, 8, 60000, 60000),
+      testutil::cmyk_jpeg(48, 32),
+      testutil::patch_sof(good, 12, 32, 48),
+      testutil::patch_sof(good, 16, 32, 48)};
+  const std::vector<std::string> reason = {"",
+                                           image_reason::kTruncated,
+                                           image_reason::kUnsupported,
+                                           image_reason::kUnsupported,
+                                           image_reason::kCorrupt,
+                                           image_reason::kCorrupt};
+  testutil::write_jpeg_dataset(dir, jpegs, std::vector<std::pair<int, int>>(jpegs.size(), {32, 48}),
+                               48);
+  const PairDataset ds(dir);
+  const Augmenter aug(AugmentConfig{}, 16);
+  torch::Generator g = at::detail::createCPUGenerator(1);
+  EXPECT_EQ(aug.train(ds.read({0}), g).size(0), 1);
+  for (int64_t k = 1; k < static_cast<int64_t>(jpegs.size()); ++k) {
+    const Batch b = ds.read({0, k});
+    for (int mode = 0; mode < 2; ++mode) {
+      try {
+        if (mode == 0)
+          aug.train(b, g);
+        else
+          aug.eval(b);
+        ADD_FAILURE() << "row " << k << " decoded";
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        const std::string at = dir + "/shard-00000.h5:/image_bytes row " + std::to_string(k) +
+                               " (pair_id " + std::to_string(k) + ")";
+        EXPECT_NE(what.find(at), std::string::npos) << what;
+        EXPECT_NE(what.find("(" + reason[static_cast<size_t>(k)] + ")"), std::string::npos) << what;
+      }
+    }
+  }
+  // fnvlp-shard --verify decodes every stored image and lists each bad one.
+  const auto problems = verify_dataset(dir).problems;
+  EXPECT_EQ(problems.size(), jpegs.size() - 1);
 }
 
 }  // namespace

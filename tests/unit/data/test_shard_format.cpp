@@ -37,7 +37,7 @@ TEST(ShardFormat, RoundTripWithSchemaAttributes) {
   const auto dir = tmpdir("roundtrip");
   const auto m = testutil::write_test_dataset(dir);
   data::ShardReader r(dir + "/shard-00001.h5");
-  EXPECT_EQ(r.header().schema, data::kShardSchemaVersion);
+  EXPECT_EQ(r.header().codec, data::ImageCodec::kRaw);
   EXPECT_EQ(r.header().image_size, testutil::kImageSize);
   EXPECT_EQ(r.header().max_len, testutil::kMaxLen);
   EXPECT_EQ(r.header().vocab_sha256, m.vocab_sha256);
