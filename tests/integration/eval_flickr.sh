@@ -4,17 +4,20 @@
 # split (the integration.flickr_shard fixture). A few hundred steps of a 5 M-parameter model from
 # scratch are far from ALBEF's numbers; what the test asks is the real-data path end to end (five
 # captions per image counted as five positives, ALBEF's metric names, recalls consistent with each
-# other) and retrieval above chance by more than sampling noise could explain.
+# other) and retrieval above chance by more than sampling noise could explain. The val split is
+# sharded as JPEG streams (--image-codec jpeg), so evaluation decodes them; a few steps of training
+# on it (with itself as --val) run the training augmentation's decode and crop too.
 # Usage: eval_flickr.sh BUILD_DIR VOCAB SRC_DIR SHARED_DIR TRAIN_SHARDS [STEPS] [K_TEST]
 set -euo pipefail
 bin=$1 vocab=$2 src=$3 shared=$4 train=$5 steps=${6:-300} k_test=${7:-4}
 flickr=$shared/data/flickr8k-128
 # shellcheck source=tests/integration/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" eval_flickr
-# The val split at the model's resolution: eval then reads pixels as they are.
+# The val split as JPEG streams at the model's resolution (64 px, the longer side).
 "${mpirun[@]}" "$bin/data_prep/fnvlp-shard" --input "$flickr/captions.json" --format albef \
   --image-root "$flickr" --split-file "$flickr/splits.json" --split val --vocab "$vocab" \
-  --out "$work/val" --image-size 64 --max-len 30 --max-reject-fraction 0 >/dev/null
+  --out "$work/val" --image-codec jpeg --max-side 64 --max-len 30 --max-reject-fraction 0 \
+  >/dev/null
 "${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" --config "$src/jobs/configs/tiny.yaml" --data "$train" \
   --out "$work/pre" --set train.max_steps="$steps" --set train.export_embeddings=false \
   --set train.log_every=50 --set checkpoint.every_steps=0 --set optim.warmup_steps=30 >/dev/null
@@ -53,4 +56,9 @@ print("Flickr8k val: ITM txt R@1/5/10 %.1f/%.1f/%.1f img R@1/5/10 %.1f/%.1f/%.1f
          e["r_mean"], e["itc_r_mean"], chance, sd, z, e["seconds"]))
 assert z > 3.5, "ITC retrieval on Flickr8k val not above chance (z %.1f)" % z
 PY
+"${mpirun[@]}" "$bin/jobs/fnvlp-pretrain" --config "$src/jobs/configs/tiny.yaml" --data "$work/val" \
+  --val "$work/val" --out "$work/pre-jpeg" --set train.max_steps=4 --set train.log_every=2 \
+  --set train.export_embeddings=false --set checkpoint.every_steps=0 >"$work/pre-jpeg.log" 2>&1 ||
+  { cat "$work/pre-jpeg.log"; exit 1; }
+grep -q "val epoch=0 .*r_mean=" "$work/pre-jpeg.log" || { cat "$work/pre-jpeg.log"; exit 1; }
 echo "eval_flickr: OK"
