@@ -227,6 +227,7 @@ if [ "$FNVLP_SCALE" = smoke ]; then
   export FNVLP_PRESET=${FNVLP_PRESET:-tiny}
   export FNVLP_RANKS=${FNVLP_RANKS:-2}
   export FNVLP_IMAGE_SIZE=${FNVLP_IMAGE_SIZE:-64}
+  export FNVLP_IMAGE_CODEC=${FNVLP_IMAGE_CODEC:-raw}
   export FNVLP_SYNTH_IMAGES=${FNVLP_SYNTH_IMAGES:-400}
   export FNVLP_SYNTH_CLASSES=${FNVLP_SYNTH_CLASSES:-8}
   export FNVLP_BATCH=${FNVLP_BATCH:-16}
@@ -258,6 +259,10 @@ else
   export FNVLP_PRESET=${FNVLP_PRESET:-base}
   export FNVLP_RANKS=${FNVLP_RANKS:-${SLURM_NTASKS:-32}}
   export FNVLP_IMAGE_SIZE=${FNVLP_IMAGE_SIZE:-256}
+  # JPEG streams at most 384 px on the longer side: a fraction of the bytes of decoded 256 px
+  # squares, crops from the whole image as ALBEF's, ~2 of a rank's 12 CPUs to decode at the GPU
+  # goal (tests/bench/README.md, "Shards of JPEG streams"); raw where decoding is the bottleneck.
+  export FNVLP_IMAGE_CODEC=${FNVLP_IMAGE_CODEC:-jpeg}
   export FNVLP_BATCH=${FNVLP_BATCH:-}
   export FNVLP_STEPS=${FNVLP_STEPS:-}
   export FNVLP_FT_STEPS=${FNVLP_FT_STEPS:-}
@@ -271,6 +276,11 @@ else
   export FNVLP_MEM=${FNVLP_MEM:-0}
   export FNVLP_K_TEST=${FNVLP_K_TEST:-128}
 fi
+export FNVLP_MAX_SIDE=${FNVLP_MAX_SIDE:-384}
+case "$FNVLP_IMAGE_CODEC" in
+  raw | jpeg) ;;
+  *) fnvlp_die "FNVLP_IMAGE_CODEC=$FNVLP_IMAGE_CODEC: expected raw or jpeg" ;;
+esac
 [ "$FNVLP_METHOD" = none ] || [ -f "$FNVLP_ROOT/jobs/configs/methods/$FNVLP_METHOD.yaml" ] ||
   fnvlp_die "FNVLP_METHOD=$FNVLP_METHOD: no jobs/configs/methods/$FNVLP_METHOD.yaml (or none)"
 case "$FNVLP_EPOCHS" in '' | [1-9] | [1-9]*[0-9]) ;; *) fnvlp_die "FNVLP_EPOCHS=$FNVLP_EPOCHS: expected a positive epoch count" ;; esac

@@ -69,8 +69,17 @@ print(f"merge_4m: {len(records)} records -> {out}")
 PY
 }
 
+# Shards of another codec than FNVLP_IMAGE_CODEC are made again (manifests without one are raw).
 verify_ok() {
-  [ -f "$1/manifest.json" ] && fnvlp_run_ranks "$FNVLP_SHARD_RANKS" "$shard_bin" --verify "$1"
+  [ -f "$1/manifest.json" ] || return 1
+  local codec
+  codec=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("image_codec", "raw"))' \
+    "$1/manifest.json" 2>/dev/null) || codec=unreadable
+  if [ "$codec" != "$FNVLP_IMAGE_CODEC" ]; then
+    fnvlp_log "shards $1 are $codec, FNVLP_IMAGE_CODEC is $FNVLP_IMAGE_CODEC: sharded again"
+    return 1
+  fi
+  fnvlp_run_ranks "$FNVLP_SHARD_RANKS" "$shard_bin" --verify "$1"
 }
 
 stage_shard() {
@@ -98,7 +107,8 @@ stage_shard() {
     rm -rf "$out"
     fnvlp_run_ranks "$FNVLP_SHARD_RANKS" "$shard_bin" --input "$input" --format albef \
       --image-root "$root" "${extra[@]}" --vocab "$FNVLP_VOCAB" --out "$out" \
-      --image-size "$FNVLP_IMAGE_SIZE" --max-len 30 --shard-size "$FNVLP_SHARD_SIZE" \
+      --image-size "$FNVLP_IMAGE_SIZE" --image-codec "$FNVLP_IMAGE_CODEC" \
+      --max-side "$FNVLP_MAX_SIDE" --max-len 30 --shard-size "$FNVLP_SHARD_SIZE" \
       ${FNVLP_MAX_REJECT:+--max-reject-fraction "$FNVLP_MAX_REJECT"}
     fnvlp_run_ranks "$FNVLP_SHARD_RANKS" "$shard_bin" --verify "$out"
   done < <(shard_specs)

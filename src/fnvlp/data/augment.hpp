@@ -60,6 +60,11 @@ class BatchImages {
   // `min_side` > 0 lets a JPEG decode at a reduced DCT scale whose shorter side stays >= min_side.
   explicit BatchImages(const Batch& batch, int min_side = 0);
   explicit BatchImages(const torch::Tensor& images);  // uint8 [b, S, S, 3]
+  // Views point into the tensor or the decoded images: moves keep them, copies would not.
+  BatchImages(const BatchImages&) = delete;
+  BatchImages& operator=(const BatchImages&) = delete;
+  BatchImages(BatchImages&&) = default;
+  BatchImages& operator=(BatchImages&&) = default;
   struct View {
     const uint8_t* rgb;  // h * w * 3, row-major
     int64_t h, w;

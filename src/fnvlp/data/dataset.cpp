@@ -286,6 +286,9 @@ Batch PairDataset::read(const std::vector<int64_t>& pair_ids) const {
     // The stored bytes of each wanted image, one read per run of consecutive rows (as below), in
     // batch order; decoding is the consumer's (Augmenter), on its threads.
     auto enc = std::make_shared<EncodedImages>();
+    enc->height.resize(static_cast<size_t>(b));
+    enc->width.resize(static_cast<size_t>(b));
+    enc->source.resize(static_cast<size_t>(b));
     std::vector<std::pair<int64_t, int64_t>> span(static_cast<size_t>(b));  // into `buf`
     std::vector<uint8_t> buf;
     for (size_t lo = 0; lo < wants.size();) {
@@ -314,9 +317,6 @@ Batch PairDataset::read(const std::vector<int64_t>& pair_ids) const {
       for (size_t w = lo; w < hi; ++w) {
         const auto r = static_cast<size_t>(wants[w].image_row);
         const auto pos = static_cast<size_t>(wants[w].pos);
-        enc->height.resize(static_cast<size_t>(b));
-        enc->width.resize(static_cast<size_t>(b));
-        enc->source.resize(static_cast<size_t>(b));
         enc->height[pos] = sh.image_hw[2 * r];
         enc->width[pos] = sh.image_hw[2 * r + 1];
         enc->source[pos] = sh.path + ":/image_bytes row " + std::to_string(r) + " (pair_id " +

@@ -7,7 +7,9 @@
 // are loaded into memory the first time a pair of that shard is read, so a rank that only reads
 // its own block holds only those shards' columns. Images are read by rows, grouped by shard, in
 // ascending order, one hyperslab per run of consecutive rows, with a chunk cache of at least four
-// chunks: each chunk is decoded (and its Fletcher32 checked) once per batch.
+// chunks: each chunk is decoded (and its Fletcher32 checked) once per batch. A jpeg dataset's
+// image_offset and image_hw load with the columns; its images come back as their stored bytes
+// (Batch::encoded), which the consumer decodes (Augmenter), so reads stay short under the lock.
 //
 // Thread safety: read() may be called from any thread, also concurrently; every HDF5 call inside
 // holds h5::global_mutex(), so callers must not hold it themselves.
