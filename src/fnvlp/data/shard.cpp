@@ -182,10 +182,12 @@ void read_jpeg_tables(hid_t file, const std::string& path, const ShardHeader& he
                    << " images in image_hw (expected one more)");
   FNVLP_CHECK(offset.front() == 0, path << ":/image_offset does not start at 0");
   for (size_t r = 0; r + 1 < offset.size(); ++r) {
-    const int64_t n = offset[r + 1] - offset[r];
-    FNVLP_CHECK(offset[r + 1] >= offset[r] && n >= 1 && n <= kMaxStoredJpegBytes,
-                path << ":/image_offset row " << r << ": image of " << n << " bytes (1.."
-                     << kMaxStoredJpegBytes << ")");
+    // Compared before subtracting: hostile offsets must not overflow the difference.
+    const int64_t lo = offset[r], hi = offset[r + 1];
+    FNVLP_CHECK(
+        lo >= 0 && hi > lo && static_cast<hsize_t>(hi) <= total && hi - lo <= kMaxStoredJpegBytes,
+        path << ":/image_offset row " << r << ": bytes [" << lo << ", " << hi << ") of " << total
+             << " (an image holds 1.." << kMaxStoredJpegBytes << ")");
     const int32_t h = hw[2 * r], w = hw[2 * r + 1];
     FNVLP_CHECK(h >= 1 && w >= 1 && h <= header.image_size && w <= header.image_size,
                 path << ":/image_hw row " << r << ": " << w << "x" << h

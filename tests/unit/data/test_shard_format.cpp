@@ -6,9 +6,12 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <limits>
 
 #include "dataset_fixture.hpp"
 #include "fnvlp/data/h5.hpp"
+#include "fnvlp/data/image.hpp"
+#include "hostile_jpeg.hpp"
 
 namespace fs = std::filesystem;
 using namespace fnvlp;
@@ -148,6 +151,46 @@ TEST(ShardFormat, WrongSchemaVersionIsRejectedByName) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("schema version 99"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+// A jpeg shard's image tables are checked before any byte range is read: offsets that do not
+// ascend inside image_bytes (even ones whose difference would overflow) are refused by name.
+TEST(ShardFormat, JpegImageTablesAreCheckedBeforeUse) {
+  const auto dir = tmpdir("jpeg_tables");
+  std::vector<std::vector<uint8_t>> jpegs;
+  for (int i = 0; i < 3; ++i)
+    jpegs.push_back(data::encode_jpeg(testutil::gradient_image(20 + i, 10), 90));
+  testutil::write_jpeg_dataset(dir, jpegs, {{10, 20}, {10, 21}, {10, 22}}, 32);
+  const auto path = dir + "/shard-00000.h5";
+  {
+    const data::ShardReader r(path);
+    EXPECT_EQ(r.header().codec, data::ImageCodec::kJpeg);
+    EXPECT_EQ(r.num_images(), 3);
+    data::EncodedImages e;
+    r.read_jpegs(1, 2, e);
+    ASSERT_EQ(e.size(), 2u);
+    EXPECT_EQ(std::vector<uint8_t>(e.data(1), e.data(1) + e.bytes_of(1)), jpegs[2]);
+    EXPECT_EQ(e.width[0], 21);
+  }
+  const int64_t end = static_cast<int64_t>(jpegs[0].size() + jpegs[1].size() + jpegs[2].size());
+  const std::vector<std::vector<int64_t>> bad = {
+      {0, 500, 100, end},                                 // descends
+      {0, 10, 20, end + 1},                               // past image_bytes
+      {0, std::numeric_limits<int64_t>::min(), 20, end},  // would overflow hi - lo
+      {1, 10, 20, end}};                                  // does not start at 0
+  for (const auto& off : bad) {
+    {
+      h5::Handle f = h5::open_file(path, true);
+      h5::Handle ds = h5::open_dataset(f, "image_offset", path);
+      h5::write_rows(ds, H5T_NATIVE_INT64, off.data(), 0, off.size(), false, path);
+    }
+    try {
+      data::ShardReader r(path);
+      ADD_FAILURE() << "offsets " << off[1] << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(path + ":/image_offset"), std::string::npos) << e.what();
+    }
   }
 }
 
