@@ -56,7 +56,7 @@ for e in m["shards"]:
         e["sha256"] = hashlib.sha256(open(p, "rb").read()).hexdigest()
 json.dump(m, open(os.path.join(d, "manifest.json"), "w"), indent=2)
 PY
-fails_at_open schema "$shard: shard schema version 99, this build reads 1"
+fails_at_open schema "$shard: shard schema version 99, this build reads versions 1 \(raw images\) and 2 \(jpeg\)"
 
 echo "== manifest/shard mismatch (manifest claims one more image row)"
 variant mismatch
