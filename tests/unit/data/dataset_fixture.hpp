@@ -22,18 +22,24 @@ inline uint8_t pixel(int64_t image_id, size_t k) {
   return static_cast<uint8_t>((z ^ (z >> 31)) & 0xFF);
 }
 
+// An empty DIR and a manifest with the fields every test dataset shares.
+inline data::Manifest fresh_test_manifest(const std::string& dir) {
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  data::Manifest m;
+  m.created_by = "test";
+  m.created_at = "2026-01-01T00:00:00Z";
+  m.max_len = kMaxLen;
+  return m;
+}
+
 // Two shards of `pairs_per_shard` pairs; every two consecutive pairs share an image. Manifest and
 // shards name `vocab` (by sha256) where given, a placeholder otherwise.
 inline data::Manifest write_test_dataset(const std::string& dir, int64_t pairs_per_shard = 10,
                                          const std::string& vocab = "") {
   namespace fs = std::filesystem;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  data::Manifest m;
-  m.created_by = "test";
-  m.created_at = "2026-01-01T00:00:00Z";
+  data::Manifest m = fresh_test_manifest(dir);
   m.image_size = kImageSize;
-  m.max_len = kMaxLen;
   m.vocab_path = vocab.empty() ? "vocab.txt" : vocab;
   m.vocab_sha256 = vocab.empty() ? std::string(64, 'a') : sha256_file(vocab);
   m.vocab_size = 1000;
@@ -88,14 +94,9 @@ inline data::Manifest write_jpeg_dataset(const std::string& dir,
                                          const std::vector<std::vector<uint8_t>>& jpegs,
                                          const std::vector<std::pair<int, int>>& hw, int max_side) {
   namespace fs = std::filesystem;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  data::Manifest m;
-  m.created_by = "test";
-  m.created_at = "2026-01-01T00:00:00Z";
+  data::Manifest m = fresh_test_manifest(dir);
   m.image_codec = data::ImageCodec::kJpeg;
   m.image_size = max_side;
-  m.max_len = kMaxLen;
   m.vocab_path = "vocab.txt";
   m.vocab_sha256 = std::string(64, 'a');
   m.vocab_size = 1000;

@@ -676,21 +676,25 @@ AugmentConfig no_augmentation() {
   return c;
 }
 
+// Augmenter::train of `images` (a tensor or a batch) on `threads` intra-op threads, generator
+// seed 5.
+template <typename Images>
+torch::Tensor train_on_threads(const Augmenter& aug, const Images& images, int threads) {
+  const int saved = at::get_num_threads();
+  at::set_num_threads(threads);
+  torch::Generator g = at::detail::createCPUGenerator(5);
+  const torch::Tensor out = aug.train(images, g);
+  at::set_num_threads(saved);
+  return out;
+}
+
 // Images are split among the intra-op threads; each image's random draws come before the loop.
 TEST(Augment, TrainingIsTheSameOnOneAndThreeThreads) {
   const torch::Tensor img = random_images(7, 24, 2);
   AugmentConfig full;
   full.color_jitter = true;
   const Augmenter aug(full, 16);
-  auto run = [&](int threads) {
-    const int saved = at::get_num_threads();
-    at::set_num_threads(threads);
-    torch::Generator g = at::detail::createCPUGenerator(5);
-    const torch::Tensor out = aug.train(img, g);
-    at::set_num_threads(saved);
-    return out;
-  };
-  EXPECT_TRUE(torch::equal(run(1), run(3)));
+  EXPECT_TRUE(torch::equal(train_on_threads(aug, img, 1), train_on_threads(aug, img, 3)));
 }
 
 TEST(Augment, ShapesTypesAndEvalIsPlainResizeAndNormalisation) {
@@ -894,17 +898,9 @@ TEST(Augment, JpegTrainingIsTheSameOnOneAndThreeThreadsAndEvalIsResizeCenterCrop
   AugmentConfig full;
   full.color_jitter = true;
   const Augmenter aug(full, 16);
-  auto run = [&](int threads) {
-    const int saved = at::get_num_threads();
-    at::set_num_threads(threads);
-    torch::Generator g = at::detail::createCPUGenerator(5);
-    const torch::Tensor out = aug.train(b, g);
-    at::set_num_threads(saved);
-    return out;
-  };
-  const torch::Tensor one = run(1);
+  const torch::Tensor one = train_on_threads(aug, b, 1);
   EXPECT_EQ(one.sizes(), (std::vector<int64_t>{7, 3, 16, 16}));
-  EXPECT_TRUE(torch::equal(one, run(3)));
+  EXPECT_TRUE(torch::equal(one, train_on_threads(aug, b, 3)));
   // Evaluation: torchvision's Resize(16) + CenterCrop(16) of the decoded image (at the DCT scale
   // that keeps the shorter side >= 16), then normalisation.
   const torch::Tensor ev = aug.eval(b);
