@@ -20,8 +20,10 @@
 #            base:fp32:32 base:bf16:32 base:bf16:64")
 #   MODES    fnvlp modes of every cell ("graphs"); EAGER_CELLS: cells also run eager
 #            ("base:bf16:32 base:bf16:64"); DET_CELLS: cells also run "det", graphs with
-#            train.deterministic=true ("base:bf16:64")
-#   PROFILE  CELL:MODE list profiled in-run ("base:bf16:64:graphs base:bf16:64:eager")
+#            train.deterministic=true ("base:bf16:64"); NORM_CELLS: cells also run "fnorm", graphs
+#            with train.norm_kernel=fnvlp (the fused residual add + LayerNorm; "base:bf16:64")
+#   PROFILE  CELL:MODE list profiled in-run ("base:bf16:64:graphs base:bf16:64:eager
+#            base:bf16:64:fnorm")
 #   STEPS    timed steps (30; base 20) after 10 untimed ones; THREADS train.threads (4)
 #   TWIN     1: the twin's cells (eager for every cell; best for TWIN_BEST, "base:32 base:64");
 #            TWIN_BUDGET seconds for them (240), TWIN_FIRST the cells run first (base bf16 at
@@ -44,7 +46,8 @@ mkdir -p "$out"
 cells=${CELLS:-tiny:fp32:32 tiny:bf16:32 small:fp32:32 small:bf16:32 base:fp32:32 base:bf16:32 base:bf16:64}
 eager_cells=" ${EAGER_CELLS-base:bf16:32 base:bf16:64} "
 det_cells=" ${DET_CELLS-base:bf16:64} "
-profiled=" ${PROFILE-base:bf16:64:graphs base:bf16:64:eager} "
+norm_cells=" ${NORM_CELLS-base:bf16:64} "
+profiled=" ${PROFILE-base:bf16:64:graphs base:bf16:64:eager base:bf16:64:fnorm} "
 det=${DETERMINISTIC:-false}
 
 image_size() { awk '/image_size:/ {print $2; exit}' "$root/jobs/configs/$1.yaml"; }
@@ -114,12 +117,14 @@ for cell in $cells; do
   modes=${MODES:-graphs}
   case "$eager_cells" in *" $cell "*) modes="eager $modes" ;; esac
   case "$det_cells" in *" $cell "*) modes="$modes det" ;; esac
+  case "$norm_cells" in *" $cell "*) modes="$modes fnorm" ;; esac
   for mode in $modes; do
     run=$work/$preset-$prec-$batch-$mode
     extra=()
     case $mode in
       graphs) extra+=(--set train.cuda_graphs=true) ;;
       det) extra=(--set train.cuda_graphs=true --set train.deterministic=true) ;;
+      fnorm) extra=(--set train.cuda_graphs=true --set train.norm_kernel=fnvlp) ;;
     esac
     profile=0
     case "$profiled" in *" $cell:$mode "*)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Label kokkos, a build against Kokkos on CUDA: the GPUs users run simstat on are A100s (sm_80) and
-# H100/H200s (sm_90), and Kokkos 3.4 aborts at start-up unless its probe kernel runs code of the
-# device's major compute capability (env/kokkos/3.4.01-sm90.patch). Every FILE given (the Kokkos
-# library, fnvlp-simstat), and in an archive every member that holds device code, must carry sm_80
-# and sm_90 machine code, and each FILE compute_90 PTX (for newer GPUs' drivers to compile).
+# kokkos.cuda_arch (a build against Kokkos on CUDA) and kernels.cuda_arch (any CUDA build): the GPUs
+# users run on are A100s (sm_80) and H100/H200s (sm_90), and Kokkos 3.4 aborts at start-up unless
+# its probe kernel runs code of the device's major compute capability (env/kokkos/3.4.01-sm90.patch).
+# Every FILE given (the Kokkos library, fnvlp-simstat, fnvlp-pretrain with fnvlp's own kernels), and
+# in an archive every member that holds device code, must carry sm_80 and sm_90 machine code, and
+# each FILE compute_90 PTX (for newer GPUs' drivers to compile).
 # Usage: kokkos_cuda_arch.sh CUOBJDUMP FILE...   Exit 0 when all do, 1 naming what lacks what.
 set -uo pipefail
 cuobjdump=$1

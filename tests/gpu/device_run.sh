@@ -2,12 +2,15 @@
 # On a lent GPU machine (tests/gpu/device_pack.sh made DIR here): unpacks the runtime prefix,
 # points the programs at that machine's PyTorch and CUDA libraries, and runs the named parts:
 #   never_run: GPU.md's list "Never run on a GPU", first in a session that has a device: the
-#           unit tests' CUDA cases, the gpu cases of the methods in the static step and CUDA graphs
-#           (graphs_methods, graphs_shared, graphs_nan; graphs_nccl2, equivalence2, nccl_timeout
-#           and nccl at 2 ranks say SKIPPED on one GPU); `kokkos` is the rest of that list
+#           unit tests' CUDA cases (the add + LayerNorm kernels among them), norm_kernel (the
+#           fused kernels in whole runs), the gpu cases of the methods in the static step and CUDA
+#           graphs (graphs_methods, graphs_shared, graphs_nan; graphs_nccl2, equivalence2,
+#           nccl_timeout and nccl at 2 ranks say SKIPPED on one GPU); `kokkos` is the rest of that
+#           list
 #   checks: the gpu ctest cases (golden step, equivalence, shared GPU, bf16, kill + resume, NCCL,
 #           profile, out of memory) and the unit tests' CUDA cases (*Cuda*: GPU state against
 #           the CPU's)
+#   unit_cuda: the unit tests' CUDA cases alone
 #   CASE:   one case of tests/gpu/gpu_pretrain.sh by name
 #   bench:  tests/bench/gpu_pretrain.sh
 #   kokkos: simstat on the GPU (the programs of a build against Kokkos on CUDA): its tests against
@@ -20,12 +23,12 @@ case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; 
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # The cases of gpu_pretrain.sh (tests/gpu/device_run_check.sh: each is in `checks` or `never_run`).
-cases="equivalence bf16 kill_resume shared_gpu no_cuda profile graphs graphs_resume graphs_nan sdpa oom graphs_methods graphs_shared graphs_nccl2 equivalence2 nccl_timeout"
-[ $# -ge 2 ] || { echo "usage: device_run.sh DIR PART... (never_run checks nccl bench kokkos or a case: $cases)" >&2; exit 2; }
+cases="equivalence bf16 kill_resume shared_gpu no_cuda profile graphs graphs_resume graphs_nan sdpa oom graphs_methods graphs_shared graphs_nccl2 equivalence2 nccl_timeout norm_kernel"
+[ $# -ge 2 ] || { echo "usage: device_run.sh DIR PART... (never_run checks nccl unit_cuda bench kokkos or a case: $cases)" >&2; exit 2; }
 for part in "${@:2}"; do
-  case " never_run checks nccl bench kokkos $cases " in
+  case " never_run checks nccl unit_cuda bench kokkos $cases " in
     *" $part "*) ;;
-    *) echo "device_run.sh: unknown part '$part' (never_run checks nccl bench kokkos or a case: $cases)" >&2; exit 2 ;;
+    *) echo "device_run.sh: unknown part '$part' (never_run checks nccl unit_cuda bench kokkos or a case: $cases)" >&2; exit 2 ;;
   esac
 done
 dir=$(cd "$1" && pwd)
@@ -70,7 +73,7 @@ for part in "$@"; do
   case $part in
   never_run)
     check unit_cuda "$bin/tests/fnvlp_unit_tests" --gtest_filter='*Cuda*'
-    for c in graphs_methods graphs_shared graphs_nan graphs_nccl2 equivalence2 nccl_timeout; do
+    for c in norm_kernel graphs_methods graphs_shared graphs_nan graphs_nccl2 equivalence2 nccl_timeout; do
       gpu_case "$c"
     done
     if [ "$(nvidia-smi -L | grep -c '^GPU')" -ge 2 ]; then
@@ -80,6 +83,7 @@ for part in "$@"; do
     fi
     ;;
   nccl) check nccl_np1 mpirun --oversubscribe -np 1 "$bin/tests/mpi/fnvlp_nccl_tests" ;;
+  unit_cuda) check unit_cuda "$bin/tests/fnvlp_unit_tests" --gtest_filter='*Cuda*' ;;
   checks)
     check golden_step env FNVLP_GOLDEN_DEVICE=cuda FNVLP_GOLDEN_FILE="$bin/tests/golden/tiny_step.h5" \
       "$bin/tests/golden/fnvlp_golden_tests"

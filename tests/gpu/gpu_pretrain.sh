@@ -28,6 +28,9 @@
 #                static step without them (FALCON + GloFND), and the same bytes per step
 #   sdpa         train.attention=sdpa (fused kernels) against materialised scores, fp32 (1e-4,
 #                then 2e-3) and bf16 (3e-2), train.deterministic=false
+#   norm_kernel  train.norm_kernel=fnvlp (the fused residual add + LayerNorm) against aten: fp32
+#                within 1e-4 at step 1, then 2e-3; bf16 within 3e-2; bf16 with CUDA graphs
+#                bitwise equal to its static step without them
 #   oom          CUDA's out-of-memory error at step 3 (FNVLP_FAULT step.oom: an allocation larger
 #                than the GPU): exit 1, summary.json naming the phase, the batch size, the device
 #                memory in use and in total, and a hint with bf16 (tests/fault/out_of_memory.sh is
@@ -361,6 +364,21 @@ sdpa)
   run mat16 1 "${a[@]}" --set train.attention=materialised --set train.precision=bf16
   run sdpa16 1 "${a[@]}" --set train.attention=sdpa --set train.precision=bf16
   compare mat16 sdpa16 3e-2 1
+  ;;
+norm_kernel)
+  need_gpu
+  make_data
+  a=(--set train.max_steps=8 --set train.device=cuda --set loss.itm_negatives=argmax)
+  run aten 1 "${a[@]}" --set train.norm_kernel=aten
+  run fused 1 "${a[@]}" --set train.norm_kernel=fnvlp
+  expect "add \+ LayerNorm fnvlp" "$work/fused.txt"
+  compare aten fused 1e-4 2e-3
+  a+=(--set train.precision=bf16)
+  run aten16 1 "${a[@]}" --set train.norm_kernel=aten
+  run fused16 1 "${a[@]}" --set train.norm_kernel=fnvlp --set train.static_step=true
+  compare aten16 fused16 3e-2 1
+  run fused16g 1 "${a[@]}" --set train.norm_kernel=fnvlp --set train.cuda_graphs=true
+  compare fused16 fused16g 0 0
   ;;
 oom)
   need_gpu

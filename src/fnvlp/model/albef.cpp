@@ -183,8 +183,9 @@ VitBlockImpl::VitBlockImpl(int64_t width, int64_t heads, int64_t mlp_ratio) : he
 }
 
 torch::Tensor VitBlockImpl::forward(const torch::Tensor& x) {
-  auto h = x + proj_(self_attention(qkv_(model::layer_norm(x, norm1_)), {}, heads_, 0.0, false));
-  return h + fc2_(model::gelu(fc1_(model::layer_norm(h, norm2_))));
+  const auto [h, y] = model::add_and_layer_norm(
+      x, proj_(self_attention(qkv_(model::layer_norm(x, norm1_)), {}, heads_, 0.0, false)), norm2_);
+  return h + fc2_(model::gelu(fc1_(y)));
 }
 
 torch::Tensor patch_embedding(const torch::Tensor& images, const torch::Tensor& weight,
@@ -304,16 +305,16 @@ torch::Tensor BertLayerImpl::forward_pairs(const torch::Tensor& x,
     p.text_index = torch::Tensor();
   }
   auto ctx = self_attention(qkv_(xs), m, heads_, dropout_, train);
-  auto h = model::layer_norm(xs + maybe_dropout(attn_out_(ctx), dropout_, train), attn_norm_);
+  auto h = model::add_layer_norm(xs, maybe_dropout(attn_out_(ctx), dropout_, train), attn_norm_);
   if (p.text_index.defined()) h = h.index_select(0, p.text_index);
   if (has_cross_attention()) {
     FNVLP_CHECK(image_kv.defined(), "fusion layer called without image tokens");
     // Image tokens have no padding: no key mask.
     ctx = cross_attention(cross_q_(h), image_kv, p.image_index, heads_, dropout_, train);
-    h = model::layer_norm(h + maybe_dropout(cross_out_(ctx), dropout_, train), cross_norm_);
+    h = model::add_layer_norm(h, maybe_dropout(cross_out_(ctx), dropout_, train), cross_norm_);
   }
-  return model::layer_norm(h + maybe_dropout(fc2_(model::gelu(fc1_(h))), dropout_, train),
-                           out_norm_);
+  return model::add_layer_norm(h, maybe_dropout(fc2_(model::gelu(fc1_(h))), dropout_, train),
+                               out_norm_);
 }
 
 QuerySlots QuerySlots::of(const torch::Tensor& positions, int64_t B, int64_t L,
@@ -372,7 +373,7 @@ torch::Tensor BertLayerImpl::self_block_at(const torch::Tensor& x,
       torch::linear(x, qkv_->weight.narrow(0, W, 2 * W), qkv_->bias.narrow(0, W, 2 * W));
   const auto ctx =
       from_block(qs, fused_cross_attention(to_block(qs, B, q), kv, heads_, additive_mask));
-  return model::layer_norm(xq + attn_out_(ctx), attn_norm_);
+  return model::add_layer_norm(xq, attn_out_(ctx), attn_norm_);
 }
 
 torch::Tensor BertLayerImpl::forward_at(const torch::Tensor& x, const torch::Tensor& additive_mask,
@@ -399,9 +400,9 @@ torch::Tensor BertLayerImpl::forward_at(const torch::Tensor& x, const torch::Ten
     FNVLP_CHECK(image_kv.defined(), "fusion layer called without image tokens");
     const auto ctx = from_block(qs, fused_cross_attention(to_block(qs, P, cross_q_(h)), image_kv,
                                                           heads_, {}, pairs.image_index));
-    h = model::layer_norm(h + cross_out_(ctx), cross_norm_);
+    h = model::add_layer_norm(h, cross_out_(ctx), cross_norm_);
   }
-  return model::layer_norm(h + fc2_(model::gelu(fc1_(h))), out_norm_);
+  return model::add_layer_norm(h, fc2_(model::gelu(fc1_(h))), out_norm_);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,11 +2,14 @@
 
 #include <ATen/Parallel.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "fnvlp/core/intraop_loops.hpp"
+#include "fnvlp/kernels/add_layer_norm.hpp"
 #include "fnvlp/kernels/simd_math.hpp"
 
 namespace fnvlp::model {
@@ -110,7 +113,64 @@ struct LayerNormFn : public torch::autograd::Function<LayerNormFn> {
   }
 };
 
+// kernels/add_layer_norm.hpp under autograd: outputs {a + b, LayerNorm(a + b)}.
+struct AddLayerNormFn : public torch::autograd::Function<AddLayerNormFn> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& b,
+                               const torch::Tensor& gamma, const torch::Tensor& beta, double eps) {
+    auto f = kernels::add_layer_norm_forward_cuda(a, b, gamma, beta, eps);
+    ctx->save_for_backward({f.sum, f.mean, f.rstd, gamma});
+    ctx->saved_data["b_dtype"] = static_cast<int64_t>(b.scalar_type());
+    return {f.sum, f.y};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto b_dtype = static_cast<torch::ScalarType>(ctx->saved_data["b_dtype"].toInt());
+    const torch::Tensor &g_sum = grads[0], &g_y = grads[1];
+    if (!g_y.defined()) {  // only the sum reached the loss
+      if (!g_sum.defined())
+        return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+                torch::Tensor()};
+      return {g_sum, g_sum.to(b_dtype), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    }
+    const kernels::AddLayerNormForward f{saved[0], torch::Tensor(), saved[1], saved[2]};
+    auto r = kernels::add_layer_norm_backward_cuda(g_y, g_sum, f, saved[3], b_dtype);
+    return {r.da, r.db, r.dgamma, r.dbeta, torch::Tensor()};
+  }
+};
+
+std::atomic<NormKernel> g_norm_kernel{NormKernel::kAten};
+
+bool fused_add_norm_applies(const torch::Tensor& a, const torch::Tensor& b,
+                            const torch::nn::LayerNorm& norm) {
+  const auto& opt = norm->options;
+  return g_norm_kernel.load() == NormKernel::kFnvlp && opt.elementwise_affine() &&
+         opt.normalized_shape().size() == 1 &&
+         kernels::add_layer_norm_cuda_applies(a, b, norm->weight, norm->bias);
+}
+
 }  // namespace
+
+void set_norm_kernel(NormKernel kernel) { g_norm_kernel.store(kernel); }
+NormKernel norm_kernel() { return g_norm_kernel.load(); }
+
+torch::Tensor add_layer_norm(const torch::Tensor& a, const torch::Tensor& b,
+                             torch::nn::LayerNorm& norm) {
+  if (!fused_add_norm_applies(a, b, norm)) return layer_norm(a + b, norm);
+  return AddLayerNormFn::apply(a, b, norm->weight, norm->bias, norm->options.eps())[1];
+}
+
+std::pair<torch::Tensor, torch::Tensor> add_and_layer_norm(const torch::Tensor& a,
+                                                           const torch::Tensor& b,
+                                                           torch::nn::LayerNorm& norm) {
+  if (!fused_add_norm_applies(a, b, norm)) {
+    auto s = a + b;
+    auto y = layer_norm(s, norm);
+    return {std::move(s), std::move(y)};
+  }
+  auto out = AddLayerNormFn::apply(a, b, norm->weight, norm->bias, norm->options.eps());
+  return {std::move(out[0]), std::move(out[1])};
+}
 
 torch::Tensor layer_norm(const torch::Tensor& x, torch::nn::LayerNorm& norm) {
   const auto& opt = norm->options;

@@ -10,6 +10,7 @@
 #include "fnvlp/core/config_fields.hpp"
 #include "fnvlp/data/augment.hpp"
 #include "fnvlp/model/attention.hpp"
+#include "fnvlp/model/layer_norm.hpp"
 #include "fnvlp/model/model_config.hpp"
 #include "fnvlp/negatives/method_config.hpp"
 #include "fnvlp/store/checkpoint.hpp"
@@ -127,6 +128,9 @@ struct TrainConfig {
       (Precision, precision, Precision::kFp32),
       // attention off the fused CPU kernels: auto | sdpa | materialised (model/attention.hpp)
       (model::AttentionKernel, attention, model::AttentionKernel::kAuto),
+      // a residual add and its LayerNorm on CUDA: aten | fnvlp (one kernel each way;
+      // model/layer_norm.hpp)
+      (model::NormKernel, norm_kernel, model::NormKernel::kAten),
       // The static step (train/static_step.cpp): shapes fixed from step to step, ITM negatives
       // drawn on the device, the skip of a non-finite step decided there, losses read once per
       // log line. What cuda_graphs captures; eager on its own (any device), for comparisons.

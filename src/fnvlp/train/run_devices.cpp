@@ -30,12 +30,14 @@ RunDevices::RunDevices(const Comm& comm, const TrainConfig& train, const CommCon
   check_precision(comm, train.precision, choice.device);
   configure_cuda_math(choice.device, train.deterministic);
   model::set_attention_kernel(train.attention);
+  model::set_norm_kernel(train.norm_kernel);
   nccl = make_device_comm(comm, choice, cfg.backend, cfg.timeout_s);
   set_device_collectives(comm, nccl.get());
   if (comm.is_root())
-    spdlog::info("pretrain: device {}, precision {}, device collectives {}", choice.describe(),
-                 config::enum_to_name(train.precision),
-                 nccl ? "nccl" : (choice.device.is_cuda() ? "mpi (host copies)" : "mpi"));
+    spdlog::info("pretrain: device {}, precision {}, device collectives {}, add + LayerNorm {}",
+                 choice.describe(), config::enum_to_name(train.precision),
+                 nccl ? "nccl" : (choice.device.is_cuda() ? "mpi (host copies)" : "mpi"),
+                 choice.device.is_cuda() ? config::enum_to_name(train.norm_kernel) : "aten (cpu)");
 }
 
 RunDevices::~RunDevices() { set_device_collectives(comm_, nullptr); }
