@@ -163,4 +163,50 @@ with tempfile.TemporaryDirectory() as tmp:
     write(os.path.join(t, "task.json"), {"method": "glofnd_paper", "seed": 1,
                                           "overrides": ["negatives.alpha=0.05"]})
     assert C.alpha_of({"glofnd_paper": {1: t}}, 0.01) == 0.05
+# A campaign of the authors' protocol (glofnd_authors_long.yaml's shape): the sentence judges the
+# arm --main names, says the protocol is the paper's, gives the held arm's error as the quantile's
+# drift and retrieval against the run without a filter, and names no arm.
+with tempfile.TemporaryDirectory() as tmp:
+    g = "negatives.glofnd."
+    arms = {"glofnd_authors": ["negatives.method=glofnd", "negatives.alpha=0.125",
+                               "negatives.start_epoch=1", g + "init=1.0", g + "bias_correction=epoch"],
+            "glofnd_frozen": ["negatives.method=glofnd", "negatives.alpha=0.125",
+                              g + "exact_init=true", g + "reanchor_every=1", g + "lr=1.0e-9"],
+            "uniform": []}
+    with open(os.path.join(tmp, "index.tsv"), "w") as f:
+        f.write("index\tmethod\tseed\n")
+        for i, (m, s) in enumerate((m, s) for m in arms for s in (1, 2)):
+            f.write(f"{i}\t{m}\t{s}\n")
+    for m, ov in arms.items():
+        for s in (1, 2):
+            d = os.path.join(tmp, "tasks", f"{m}-s{s}")
+            write(os.path.join(d, "task.json"), {"method": m, "seed": s, "overrides": ov})
+            write(os.path.join(d, "run", "metrics.jsonl"), lines=[
+                {"step": 10 * (e + 1), "epoch": e, "itc": 1.0, "batch_fn_rate_label": 0.12,
+                 "filtered_frac_i2t": 0.1 * s, "filtered_frac_t2i": 0.1 * s} for e in range(3)])
+            err = {"glofnd_authors": 0.02, "glofnd_frozen": 0.004 + 0.001 * s}.get(m)
+            if err is not None:
+                side = {"glofnd": {"mean_abs_error": err, "flagged": 100}, "exact": {"flagged": 100},
+                        "fnc": {"mean_abs_error": 0.03}, "mean_threshold": 0.5}
+                write(os.path.join(d, "epoch_stats.jsonl"), lines=[
+                    {"export": f"epoch-{e:03d}.h5", "image": side, "text": side} for e in range(3)])
+            write(os.path.join(d, "eval.json"),
+                  {"r_mean": 20.0 + s if m == "glofnd_authors" else 19.0 + s})
+    summ = os.path.join(tmp, "lh.json")
+    subprocess.run([sys.executable, os.path.join(src, "analysis", "horizon.py"), "--campaign", tmp,
+                    "--tsv", os.path.join(tmp, "h.tsv"), "--md", os.path.join(tmp, "h.md"),
+                    "--summary", summ, "--main", "glofnd_authors"], check=True,
+                   stdout=subprocess.DEVNULL)
+    doc = json.load(open(summ))
+    sentence = doc["sentence"]
+    for want in ("lambda_0 1.0 from epoch 1, alpha 0.125 (same-label share of a batch's negatives "
+                 "0.120), Adam's bias correction by epoch, as the authors' code; the paper's protocol",
+                 "filtered seed 1 0.1000, seed 2 0.2000 of the in-batch negatives",
+                 "a lambda held at each epoch's exact quantile was seed 1 0.0050, seed 2 0.0060 from "
+                 "the next epoch's", "against the same training without it: seed 1 21.00 against "
+                 "20.00, seed 2 22.00 against 21.00", "(b) holds from epoch 0",
+                 "(c) not judged (no FNC arm beside it)"):
+        assert want in sentence, (want, sentence)
+    assert "glofnd_" not in sentence and "uniform" not in sentence, sentence
 print("ok   claims.py: the six verdicts of a fabricated campaign, and (b) turning inconclusive")
+print("ok   horizon.py: the sentence of an authors'-protocol campaign")
