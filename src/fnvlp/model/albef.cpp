@@ -35,12 +35,6 @@ torch::Tensor maybe_dropout(const torch::Tensor& x, double p, bool training) {
   return (p > 0.0 && training) ? torch::dropout(x, p, /*train=*/true) : x;
 }
 
-// A fused projection [B, L, n*h*d] -> n tensors [B, h, L, d] (views, no copy).
-std::vector<torch::Tensor> split_heads(const torch::Tensor& x, int64_t n, int64_t heads) {
-  const int64_t B = x.size(0), L = x.size(1), width = x.size(2) / n;
-  return x.view({B, L, n, heads, width / heads}).permute({2, 0, 3, 1, 4}).unbind(0);
-}
-
 // [B, h, L, d] -> [B, L, h*d]
 torch::Tensor merge_heads(const torch::Tensor& ctx) {
   return ctx.transpose(1, 2).reshape({ctx.size(0), ctx.size(2), ctx.size(1) * ctx.size(3)});

@@ -258,6 +258,71 @@ constexpr double kMaskedScore = -1e4;
 constexpr int64_t kCudaKeyAlign = 8;
 }  // namespace
 
+namespace {
+
+struct SplitHeadsFn : public torch::autograd::Function<SplitHeadsFn> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const torch::Tensor& x, int64_t n, int64_t heads) {
+    const int64_t B = x.size(0), L = x.size(1), d = x.size(2) / n / heads;
+    ctx->saved_data["n"] = n;
+    ctx->saved_data["heads"] = heads;
+    ctx->saved_data["B"] = B;
+    ctx->saved_data["L"] = L;
+    const auto v = x.view({B, L, n, heads, d}).permute({2, 0, 3, 1, 4});
+    torch::autograd::variable_list out;
+    for (int64_t i = 0; i < n; ++i) out.push_back(v.select(0, i));
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list g) {
+    const int64_t n = ctx->saved_data["n"].toInt(), heads = ctx->saved_data["heads"].toInt(),
+                  B = ctx->saved_data["B"].toInt(), L = ctx->saved_data["L"].toInt();
+    const torch::Tensor* first = nullptr;
+    for (const auto& t : g)
+      if (t.defined()) {
+        first = &t;
+        break;
+      }
+    if (first == nullptr) return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const int64_t d = first->size(3), row = n * heads * d;
+    // The slices of one [B, L, n, h, d] buffer already: that buffer.
+    bool packed = true;
+    for (int64_t i = 0; i < n && packed; ++i) {
+      const auto& t = g[static_cast<size_t>(i)];
+      packed = t.defined() && t.scalar_type() == first->scalar_type() &&
+               t.device() == first->device() && t.is_alias_of(g[0]) &&
+               t.strides() == torch::IntArrayRef({L * row, d, row, 1}) &&
+               t.storage_offset() == g[0].storage_offset() + i * heads * d;
+    }
+    if (packed)
+      return {g[0].as_strided({B, L, row}, {L * row, row, 1}, g[0].storage_offset()),
+              torch::Tensor(), torch::Tensor()};
+    torch::Tensor out = torch::empty({B, L, n, heads, d}, first->options());
+    for (int64_t i = 0; i < n; ++i) {
+      auto slot = out.select(2, i);
+      const auto& t = g[static_cast<size_t>(i)];
+      if (t.defined())
+        slot.copy_(t.transpose(1, 2));
+      else
+        slot.zero_();
+    }
+    return {out.view({B, L, row}), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+std::vector<torch::Tensor> split_heads(const torch::Tensor& x, int64_t n, int64_t heads) {
+  FNVLP_CHECK(x.dim() == 3 && n > 0 && heads > 0 && x.size(2) % (n * heads) == 0,
+              "split_heads: expected [B, L, n * heads * d]");
+  if (!x.requires_grad() || !torch::GradMode::is_enabled()) {
+    const int64_t B = x.size(0), L = x.size(1), d = x.size(2) / n / heads;
+    return x.view({B, L, n, heads, d}).permute({2, 0, 3, 1, 4}).unbind(0);
+  }
+  return SplitHeadsFn::apply(x, n, heads);
+}
+
 bool sdpa_built() {
 #if TORCH_VERSION_MAJOR >= 2
   return true;

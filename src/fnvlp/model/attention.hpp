@@ -13,6 +13,8 @@
 // Results agree with the matmul formulation to float rounding (tests/unit/model/test_attention).
 #include <torch/torch.h>
 
+#include <vector>
+
 #include "fnvlp/core/config_fields.hpp"
 
 namespace fnvlp::model {
@@ -70,5 +72,13 @@ torch::Tensor fused_self_attention(const torch::Tensor& qkv, const torch::Tensor
 torch::Tensor fused_cross_attention(const torch::Tensor& q, const torch::Tensor& kv, int64_t heads,
                                     const torch::Tensor& additive_mask = {},
                                     const torch::Tensor& kv_index = {});
+
+// The heads of a fused projection x [B, L, n * h * d] laid out block | head | d (qkv: n = 3; kv:
+// 2; q: 1): n views [B, h, L, d], no copy. Their backward writes the n head gradients into one
+// [B, L, n, h, d] buffer, one strided copy each (autograd's own backward of the views stacks them
+// and then lays the stack out again: two copies of the whole gradient), and returns without any
+// copy where they already are the slices of one such buffer (a packed SDPA backward). Gradients
+// bitwise those of the view formulation.
+std::vector<torch::Tensor> split_heads(const torch::Tensor& x, int64_t n, int64_t heads);
 
 }  // namespace fnvlp::model

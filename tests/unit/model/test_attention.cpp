@@ -21,6 +21,7 @@ using fnvlp::model::fused_self_attention;
 using fnvlp::model::materialised_attention;
 using fnvlp::model::sdpa_attention;
 using fnvlp::model::sdpa_built;
+using fnvlp::model::split_heads;
 
 torch::Generator gen(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
 
@@ -293,6 +294,80 @@ TEST(HeadsAttention, CudaSdpaMatchesMaterialised) {
                     c.what);
     compare_kernels(heads(2, 12, c.Lq, c.Lk, 64, c.masked, 33, bf16), materialised(8),
                     materialised(1), 3e-2, c.what);
+  }
+}
+
+// split_heads: the views of the fused projection, and a backward that gives the view formulation's
+// gradient bit for bit (every part used, one unused), and hands a gradient already packed as
+// [B, L, n, h, d] back as it is.
+TEST(SplitHeads, BackwardIsTheViewFormulationsBitwise) {
+  torch::manual_seed(41);
+  const int64_t B = 2, L = 5, h = 4, d = 3;
+  for (int64_t n = 1; n <= 3; ++n) {
+    for (const bool all_used : {true, false}) {
+      const auto x0 = torch::randn({B, L, n * h * d});
+      const auto x = x0.clone().requires_grad_(true), x2 = x0.clone().requires_grad_(true);
+      const auto parts = split_heads(x, n, h);
+      const auto ref = x2.view({B, L, n, h, d}).permute({2, 0, 3, 1, 4}).unbind(0);
+      ASSERT_EQ(parts.size(), static_cast<size_t>(n));
+      torch::Tensor loss = torch::zeros({}), loss2 = torch::zeros({});
+      for (int64_t i = 0; i < (all_used ? n : 1); ++i) {
+        EXPECT_TRUE(torch::equal(parts[i], ref[i])) << "n " << n << ", part " << i;
+        EXPECT_EQ(parts[i].data_ptr<float>(), x.data_ptr<float>() + i * h * d) << "a view of x";
+        const auto w = torch::randn({B, h, L, d});
+        loss = loss + (parts[i] * w).sum();
+        loss2 = loss2 + (ref[i] * w).sum();
+      }
+      loss.backward();
+      loss2.backward();
+      EXPECT_TRUE(torch::equal(x.grad(), x2.grad())) << "n " << n << ", all used " << all_used;
+    }
+  }
+}
+
+TEST(SplitHeads, PackedGradientIsReturnedWithoutACopy) {
+  const int64_t B = 2, L = 3, n = 3, h = 2, d = 4;
+  const auto x = torch::randn({B, L, n * h * d}).requires_grad_(true);
+  const auto parts = split_heads(x, n, h);
+  const auto packed = torch::randn({B, L, n, h, d});
+  std::vector<torch::Tensor> grads;
+  for (int64_t i = 0; i < n; ++i) grads.push_back(packed.select(2, i).transpose(1, 2));
+  const auto gx = torch::autograd::grad(parts, {x}, grads)[0];
+  EXPECT_TRUE(torch::equal(gx, packed.view({B, L, n * h * d})));
+  EXPECT_EQ(gx.data_ptr(), packed.data_ptr());
+  // The same slices in another order are not the buffer's layout: copied, still right.
+  std::vector<torch::Tensor> swapped = {grads[1], grads[0], grads[2]};
+  const auto gs = torch::autograd::grad(parts, {x}, swapped)[0];
+  EXPECT_NE(gs.data_ptr(), packed.data_ptr());
+  EXPECT_TRUE(torch::equal(gs.view({B, L, n, h, d}).select(2, 0), packed.select(2, 1)));
+}
+
+// On a GPU through both attention kernels at ALBEF-base's shapes, bf16: split_heads' gradient is
+// the view formulation's, bitwise through the materialised scores (deterministic kernels) and
+// within bf16 rounding through SDPA (whose backward may write the packed layout itself).
+TEST(SplitHeads, CudaGradientsThroughAttentionMatchTheViews) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "SKIPPED: no CUDA device visible";
+  torch::manual_seed(43);
+  const int64_t B = 4, L = 257, h = 12, d = 64;
+  const auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  const auto x0 = torch::randn({B, L, 3 * h * d}, opts);
+  const auto up = torch::randn({B, h, L, d}, opts);
+  for (const bool sdpa : {false, true}) {
+    if (sdpa && !sdpa_built()) continue;
+    torch::Tensor grads[2];
+    for (int k = 0; k < 2; ++k) {
+      const auto x = x0.clone().requires_grad_(true);
+      const auto t = k == 0 ? split_heads(x, 3, h)
+                            : x.view({B, L, 3, h, d}).permute({2, 0, 3, 1, 4}).unbind(0);
+      const auto o = sdpa ? sdpa_attention(t[0], t[1], t[2], {}, 0.0, false)
+                          : materialised_attention(t[0], t[1], t[2], {}, 0.0, false, 8);
+      (o.to(torch::kFloat) * up.to(torch::kFloat)).sum().backward();
+      grads[k] = x.grad();
+    }
+    if (sdpa)
+      EXPECT_LT(((grads[0] - grads[1]).abs().max() / grads[1].abs().max()).item<double>(), 3e-2);
+    else
+      EXPECT_TRUE(torch::equal(grads[0], grads[1]));
   }
 }
 
