@@ -240,8 +240,8 @@ def summary_sentence(tasks, data, alpha, main, last):
              f"the exact quantile on average (FNC's in-batch threshold "
              f"{per_seed_values(at_last, 'fnc_err')})"]
     held = [m for m, lab in labels.items() if lab.startswith("lambda held at") and m in data]
-    if held:
-        h = {s: rows.get(last, {}) for s, rows in data[held[0]].items()}
+    h = {s: rows.get(last, {}) for s, rows in data[held[0]].items()} if held else {}
+    if any(r.get("lam_err") is not None for r in h.values()):
         parts.append(f"; a lambda held at each epoch's exact quantile was "
                      f"{per_seed_values(h, 'lam_err')} from the next epoch's, the quantile's "
                      f"own drift")
