@@ -54,9 +54,15 @@ def both(d, method, key):
 
 
 def task_rows(task, alpha):
-    """{epoch: {column: value or None}} of one task."""
+    """{epoch: {column: value or None}} of one task. A task without a filter (neither a
+    negatives.method override nor a glofnd/fnc/oracle arm name: uniform) has no filtered fraction,
+    lambda or F1 of its own: those stay None; FNC's simulated threshold and the exact quantile on
+    its exports are kept."""
     recs = C.metrics(task) or []
     stats = epoch_stats(task)
+    name = (C.read_json(os.path.join(task, "task.json")) or {}).get("method", "")
+    filters = (overrides(task).get("negatives.method", "none") != "none" or
+               name.startswith(("glofnd", "fnc", "oracle")))
     epochs = sorted({r["epoch"] for r in recs if "epoch" in r} | set(stats))
     rows = {}
     for e in epochs:
@@ -65,12 +71,13 @@ def task_rows(task, alpha):
         flagged = [s.get(m, {}).get(k, {}).get("flagged") for m in ("image", "text")
                    for k in ("glofnd", "exact")]
         rows[e] = {
-            "ff_batch": (i2t + t2i) / 2 if i2t is not None and t2i is not None else None,
+            "ff_batch": (i2t + t2i) / 2 if filters and i2t is not None and t2i is not None
+            else None,
             "ff_export": alpha * (flagged[0] + flagged[2]) / (flagged[1] + flagged[3])
-            if None not in flagged and flagged[1] + flagged[3] > 0 else None,
-            "lam_err": both(s, "glofnd", "mean_abs_error"),
+            if filters and None not in flagged and flagged[1] + flagged[3] > 0 else None,
+            "lam_err": both(s, "glofnd", "mean_abs_error") if filters else None,
             "fnc_err": both(s, "fnc", "mean_abs_error"),
-            "f1_batch": C.epoch_mean(recs, "fn_f1", {e}),
+            "f1_batch": C.epoch_mean(recs, "fn_f1", {e}) if filters else None,
             "thr_mean": statistics.fmean(s[m]["mean_threshold"] for m in ("image", "text"))
             if "image" in s and "text" in s else None,
         }

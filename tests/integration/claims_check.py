@@ -208,5 +208,9 @@ with tempfile.TemporaryDirectory() as tmp:
                  "(c) not judged (no FNC arm beside it)"):
         assert want in sentence, (want, sentence)
     assert "glofnd_" not in sentence and "uniform" not in sentence, sentence
+    # The arm without a filter has no filtered fraction or lambda of its own in the table.
+    tsv = [line.split("\t") for line in open(os.path.join(tmp, "h.tsv")).read().splitlines()]
+    uni = [r for r in tsv if r[0] == "uniform"]
+    assert all(r[3] == "" and r[5] == "" for r in uni), uni
 print("ok   claims.py: the six verdicts of a fabricated campaign, and (b) turning inconclusive")
 print("ok   horizon.py: the sentence of an authors'-protocol campaign")
